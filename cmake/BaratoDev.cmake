@@ -1,0 +1,30 @@
+# Compile settings for barato's own targets. Linked PRIVATE-ly by tests, examples and benchmarks;
+# nothing here reaches a user who links barato::barato.
+include(GNUInstallDirs)
+add_library(barato_dev INTERFACE)
+target_link_libraries(barato_dev INTERFACE barato::barato)
+target_compile_options(barato_dev INTERFACE -Wall -Wextra -Wpedantic $<$<BOOL:${BARATO_WERROR}>:-Werror>)
+# GCC 12 warns inside its own avx512fintrin.h (`_mm512_undefined_epi32`, GCC PR 105593) whenever
+# xsimd's exp/shift kernels or AVX-512 intrinsics are inlined; a false positive in a system
+# header, fixed in GCC 13. Clang (also part of the build matrix) keeps both warnings on.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  if(CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(barato_dev INTERFACE -Wno-maybe-uninitialized -Wno-uninitialized)
+  endif()
+endif()
+if(BARATO_NATIVE)
+  target_compile_options(barato_dev INTERFACE -march=native)
+endif()
+if(BARATO_SANITIZE)
+  target_compile_options(barato_dev INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_link_options(barato_dev INTERFACE -fsanitize=address,undefined)
+endif()
+find_package(OpenMP)
+if(OpenMP_CXX_FOUND)
+  target_link_libraries(barato_dev INTERFACE OpenMP::OpenMP_CXX)
+endif()
+find_package(Threads REQUIRED)
+target_link_libraries(barato_dev INTERFACE Threads::Threads)
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()

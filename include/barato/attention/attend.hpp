@@ -1,0 +1,109 @@
+#pragma once
+/// \file
+/// One attention code path over every KV cache policy: queries for consecutive positions
+/// p0, p0+1, … attend causally to the cache (query at position p sees cached positions ≤ p).
+/// Decode is one query (p0 = size − 1); prefill is P queries after their K/V were appended.
+/// For each KV head, the cache's blocks are visited once in position order and split into tiles of
+/// `kPrefillTileRows`; every query of the chunk folds the visible part of the tile into its partial
+/// state (flash-style tiling: the tile stays in L1 across queries, and no P×P matrix exists — the
+/// only extra memory is P·H_q partial (m, l) pairs). For GQA the G query heads of a KV head are
+/// folded together, so K/V are streamed once per group.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "barato/attention/heads.hpp"
+#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/partial.hpp"
+#include "barato/core/error.hpp"
+#include "barato/core/parallel.hpp"
+#include "barato/kv/cache_policy.hpp"
+
+namespace barato::attention {
+
+/// Rows of a KV tile reused across the queries of a prefill chunk (16 KiB of K at d = 64, fp32).
+inline constexpr std::size_t kPrefillTileRows = 64;
+
+/// Options of `attend` / `decode` (designated initialisers).
+struct AttendOptions {
+  float scale = 0.0f;  ///< softmax scale; 0 means 1/√head_dim
+  int threads = 1;     ///< threads over KV heads (via barato::parallel_for)
+};
+
+namespace detail {
+inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n_tok, std::size_t stats_size,
+                         const Heads& heads, std::size_t cache_heads, std::size_t cache_dim) {
+  heads.validate();
+  require(cache_heads == heads.n_kv && cache_dim == heads.head_dim, "attention::attend: cache has ", cache_heads,
+          " KV heads of dim ", cache_dim, ", expected ", heads.n_kv, " of dim ", heads.head_dim);
+  require(n_tok > 0, "attention::attend: no queries (n = 0)");
+  require(q_size == n_tok * heads.q_dim(), "attention::attend: q has ", q_size, " floats, expected ", n_tok, " x ",
+          heads.q_dim());
+  require(out_size == q_size, "attention::attend: out has ", out_size, " floats, expected ", q_size);
+  require(stats_size >= n_tok * heads.n_q, "attention::attend: stats scratch has ", stats_size, " entries, expected ",
+          n_tok * heads.n_q);
+}
+}  // namespace detail
+
+/// Causal attention of `q` ([n_tok, H_q, d]) for positions p0 … p0+n_tok−1 against `cache`, written
+/// to `out` ([n_tok, H_q, d]). `stats` is caller scratch of ≥ n_tok·H_q entries (so the caller's
+/// allocator sees it). Requires p0 + n_tok ≤ cache.size() (the queries' own K/V are appended first).
+/// Throws `shape_error` on any mismatch. Allocates nothing.
+template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
+void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const Heads& heads, std::span<float> out,
+            std::span<PartialStats> stats, const AttendOptions& opt = {}) {
+  const std::size_t d = heads.head_dim;
+  const std::size_t n_tok = heads.q_dim() == 0 ? 0 : q.size() / heads.q_dim();
+  detail::check_attend(q.size(), out.size(), n_tok, stats.size(), heads, cache.n_kv_heads(), cache.head_dim());
+  require(p0 + n_tok <= cache.size(), "attention::attend: queries reach position ", p0 + n_tok - 1,
+          " but the cache holds ", cache.size(), " positions");
+  const float scale = opt.scale != 0.0f ? opt.scale : heads.default_scale();
+  const std::size_t g = heads.group();
+  const std::size_t row = heads.q_dim();
+
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::fill(stats.begin(), stats.begin() + static_cast<std::ptrdiff_t>(n_tok * heads.n_q), PartialStats{});
+
+  parallel_for(heads.n_kv, opt.threads, [&](std::size_t h_lo, std::size_t h_hi) {
+    for (std::size_t h = h_lo; h < h_hi; ++h) {
+      const std::size_t col = h * g * d;  // first query head of this group, in floats
+      cache.for_each_block(h, [&](const auto& blk) {
+        const std::size_t tile = n_tok == 1 ? blk.n : kPrefillTileRows;
+        for (std::size_t a = 0; a < blk.n; a += tile) {
+          const std::size_t b = std::min(blk.n, a + tile);
+          for (std::size_t t = 0; t < n_tok; ++t) {
+            const std::size_t pos = p0 + t;
+            if (pos < blk.pos0 + a) continue;  // the whole tile is in this query's future
+            const std::size_t end = std::min(b, pos - blk.pos0 + 1);
+            accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, a, end, out.data() + t * row + col,
+                             stats.data() + t * heads.n_q + h * g);
+          }
+        }
+      });
+      for (std::size_t t = 0; t < n_tok; ++t)
+        for (std::size_t i = 0; i < g; ++i)
+          finalize(out.data() + t * row + col + i * d, stats[t * heads.n_q + h * g + i], d);
+    }
+  });
+}
+
+/// One decode step: the query `q` ([H_q, d]) of the newest position (size − 1) against the whole
+/// cache, into `out` ([H_q, d]). Allocates nothing for H_q ≤ 1024.
+template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
+void decode(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
+            const AttendOptions& opt = {}) {
+  require(cache.size() > 0, "attention::decode: the cache is empty (n = 0)");
+  constexpr std::size_t kStackHeads = 1024;
+  if (heads.n_q <= kStackHeads) {
+    std::array<PartialStats, kStackHeads> stats;
+    attend<Arch>(q, cache.size() - 1, cache, heads, out, std::span<PartialStats>(stats.data(), heads.n_q), opt);
+  } else {
+    std::vector<PartialStats> stats(heads.n_q);
+    attend<Arch>(q, cache.size() - 1, cache, heads, out, std::span<PartialStats>(stats), opt);
+  }
+}
+
+}  // namespace barato::attention

@@ -1,0 +1,102 @@
+#pragma once
+/// \file
+/// Rotary position embedding (RoPE, Su et al. 2021). Pair i of a head (i < rotary_dim/2) is rotated
+/// by angle pos · base^(−2i/rotary_dim). Two pairing conventions exist:
+///  - `RopeStyle::adjacent`: pairs (2i, 2i+1) — llama2.c, GPT-J, Meta's original Llama code;
+///  - `RopeStyle::half_split`: pairs (i, i + rotary_dim/2) — GPT-NeoX, Hugging Face Llama.
+/// `rope()` computes the angles directly; `RopeTable` precomputes cos/sin for positions
+/// [0, max_pos) so a decode step costs no transcendental calls.
+
+#include <cmath>
+#include <cstddef>
+#include <memory_resource>
+#include <span>
+
+#include "barato/core/error.hpp"
+#include "barato/core/memory.hpp"
+
+namespace barato::attention {
+
+enum class RopeStyle { adjacent, half_split };
+
+struct RopeConfig {
+  float base = 10000.0f;                  ///< θ base
+  RopeStyle style = RopeStyle::adjacent;  ///< pairing convention
+  std::size_t rotary_dim = 0;             ///< dims rotated per head (0 = head_dim); even
+};
+
+namespace detail {
+inline std::size_t rotary_dim(const RopeConfig& cfg, std::size_t head_dim) {
+  const std::size_t r = cfg.rotary_dim == 0 ? head_dim : cfg.rotary_dim;
+  require(head_dim > 0, "rope: head_dim must be > 0, got 0");
+  require(r % 2 == 0 && r <= head_dim, "rope: rotary_dim must be even and <= head_dim (", head_dim, "), got ", r);
+  return r;
+}
+inline void rotate(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t r, RopeStyle style,
+                   const float* cos_row, const float* sin_row) noexcept {
+  const std::size_t half = r / 2;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * head_dim;
+    for (std::size_t i = 0; i < half; ++i) {
+      const std::size_t a = style == RopeStyle::adjacent ? 2 * i : i;
+      const std::size_t b = style == RopeStyle::adjacent ? 2 * i + 1 : i + half;
+      const float x0 = xh[a], x1 = xh[b];
+      xh[a] = x0 * cos_row[i] - x1 * sin_row[i];
+      xh[b] = x0 * sin_row[i] + x1 * cos_row[i];
+    }
+  }
+}
+}  // namespace detail
+
+/// Rotates `x` ([n_heads, head_dim]) in place for position `pos`, computing angles directly.
+inline void rope(std::span<float> x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const RopeConfig& cfg = {}) {
+  const std::size_t r = detail::rotary_dim(cfg, head_dim);
+  require(x.size() == n_heads * head_dim, "rope: x has ", x.size(), " floats, expected ", n_heads, " x ", head_dim);
+  constexpr std::size_t kMaxHalf = 512;
+  require(r / 2 <= kMaxHalf, "rope: rotary_dim ", r, " exceeds ", 2 * kMaxHalf);
+  float c[kMaxHalf], s[kMaxHalf];
+  for (std::size_t i = 0; i < r / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(cfg.base), -static_cast<double>(2 * i) / static_cast<double>(r));
+    const double ang = static_cast<double>(pos) * freq;
+    c[i] = static_cast<float>(std::cos(ang));
+    s[i] = static_cast<float>(std::sin(ang));
+  }
+  detail::rotate(x.data(), n_heads, head_dim, r, cfg.style, c, s);
+}
+
+/// Precomputed cos/sin for positions [0, max_pos): [max_pos, rotary_dim/2] each.
+class RopeTable {
+ public:
+  RopeTable(std::size_t head_dim, std::size_t max_pos, const RopeConfig& cfg = {},
+            std::pmr::memory_resource* mr = std::pmr::get_default_resource())
+      : head_dim_(head_dim), rot_(detail::rotary_dim(cfg, head_dim)), max_pos_(max_pos), style_(cfg.style),
+        cos_(max_pos * (rot_ / 2), mr), sin_(max_pos * (rot_ / 2), mr) {
+    const std::size_t half = rot_ / 2;
+    for (std::size_t i = 0; i < half; ++i) {
+      const double freq = std::pow(static_cast<double>(cfg.base), -static_cast<double>(2 * i) / static_cast<double>(rot_));
+      for (std::size_t p = 0; p < max_pos; ++p) {
+        cos_[p * half + i] = static_cast<float>(std::cos(static_cast<double>(p) * freq));
+        sin_[p * half + i] = static_cast<float>(std::sin(static_cast<double>(p) * freq));
+      }
+    }
+  }
+  [[nodiscard]] std::size_t max_pos() const noexcept { return max_pos_; }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return head_dim_; }
+
+  /// Rotates `x` ([n_heads, head_dim]) in place for `pos` < max_pos(); throws `shape_error` otherwise.
+  void apply(std::span<float> x, std::size_t n_heads, std::size_t pos) const {
+    require(pos < max_pos_, "RopeTable::apply: position ", pos, " >= table size ", max_pos_);
+    require(x.size() == n_heads * head_dim_, "RopeTable::apply: x has ", x.size(), " floats, expected ", n_heads, " x ",
+            head_dim_);
+    const std::size_t half = rot_ / 2;
+    detail::rotate(x.data(), n_heads, head_dim_, rot_, style_, cos_.data() + pos * half, sin_.data() + pos * half);
+  }
+
+ private:
+  std::size_t head_dim_, rot_, max_pos_;
+  RopeStyle style_;
+  Buffer<float> cos_;  // [max_pos, rot/2]
+  Buffer<float> sin_;  // [max_pos, rot/2]
+};
+
+}  // namespace barato::attention

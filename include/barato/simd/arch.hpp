@@ -1,0 +1,90 @@
+#pragma once
+/// \file
+/// The CPU architecture as a type, and the few names that differ between xsimd 8 and newer xsimd.
+/// barato never puts `-march` into its usage requirements: the arch is whatever the *user's*
+/// compile flags enable (`xsimd::default_arch`), and every kernel also takes it as a template parameter.
+
+#include <cstddef>
+#include <type_traits>
+#include <xsimd/xsimd.hpp>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace barato::simd {
+
+/// The best architecture enabled by the current compile flags.
+using DefaultArch = xsimd::default_arch;
+
+template <class T, class Arch = DefaultArch>
+using Batch = xsimd::batch<T, Arch>;
+
+/// Lanes of a float batch on `Arch`.
+template <class Arch = DefaultArch>
+inline constexpr std::size_t kFloatLanes = Batch<float, Arch>::size;
+
+/// True when `Arch` has the AVX-512 F (and BW) instructions used by the isolated intrinsic kernels.
+template <class Arch>
+inline constexpr bool kHasAvx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
+template <class Arch>
+inline constexpr bool kHasAvx512bw = std::is_base_of_v<xsimd::avx512bw, Arch>;
+
+/// Horizontal sum of a batch (xsimd 8: `hadd`; newer: `reduce_add`).
+template <class T, class Arch>
+[[nodiscard]] inline T reduce_add(const Batch<T, Arch>& b) noexcept {
+#if XSIMD_VERSION_MAJOR >= 9
+  return xsimd::reduce_add(b);
+#else
+  return xsimd::hadd(b);
+#endif
+}
+
+/// Horizontal max of a batch (xsimd 8 has no reduction for max).
+template <class T, class Arch>
+[[nodiscard]] inline T reduce_max(const Batch<T, Arch>& b) noexcept {
+#if XSIMD_VERSION_MAJOR >= 9
+  return xsimd::reduce_max(b);
+#else
+  alignas(64) T tmp[Batch<T, Arch>::size];
+  b.store_aligned(tmp);
+  T m = tmp[0];
+  for (std::size_t i = 1; i < Batch<T, Arch>::size; ++i) m = tmp[i] > m ? tmp[i] : m;
+  return m;
+#endif
+}
+
+/// Reduces W = lanes batches to one batch whose lane i is the horizontal sum of `rows[i]`
+/// (a transpose-add). xsimd 8.1's `haddp` permutes lanes wrongly on AVX-512 (lane i of the result
+/// is not the sum of row i), so AVX-512 gets its own small intrinsics kernel; other archs use a
+/// portable loop over `reduce_add`.
+template <class Arch>
+[[nodiscard]] inline Batch<float, Arch> reduce_add_rows(const Batch<float, Arch>* rows) noexcept {
+  constexpr std::size_t W = Batch<float, Arch>::size;
+#if defined(__AVX512F__)
+  if constexpr (kHasAvx512<Arch> && W == 16) {
+    __m512 s[8], t[4];
+    for (int i = 0; i < 8; ++i) {  // 128-bit halves: row 2i in chunks 0-1, row 2i+1 in chunks 2-3
+      const __m512 a = rows[2 * i], b = rows[2 * i + 1];
+      s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int m = 0; m < 4; ++m)  // chunk k of t[m] holds 4 partial sums of row 4m+k
+      t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
+                           _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
+    const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(t[0], t[1]), _mm512_unpackhi_ps(t[0], t[1]));
+    const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(t[2], t[3]), _mm512_unpackhi_ps(t[2], t[3]));
+    const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
+    // lane 4k + j of v holds row 4j + k; put row r in lane r.
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, v);
+  } else
+#endif
+  {
+    alignas(64) float out[W];
+    for (std::size_t i = 0; i < W; ++i) out[i] = reduce_add<float, Arch>(rows[i]);
+    return Batch<float, Arch>::load_aligned(out);
+  }
+}
+
+}  // namespace barato::simd

@@ -1,0 +1,48 @@
+#include "barato/attention/attend.hpp"
+
+#include <doctest/doctest.h>
+
+#include "barato/kv/contiguous.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+
+namespace {
+struct Case {
+  std::size_t hq, hkv, d, n;
+};
+}  // namespace
+
+TEST_CASE("decode over a contiguous cache equals the double-precision reference (MHA/GQA/MQA, odd d and n)") {
+  for (const Case c : {Case{1, 1, 64, 1}, Case{1, 1, 64, 17}, Case{8, 4, 8, 100}, Case{4, 4, 128, 33},
+                       Case{6, 1, 20, 50}, Case{2, 2, 3, 5}, Case{14, 2, 64, 300}}) {
+    CAPTURE(c.hq); CAPTURE(c.hkv); CAPTURE(c.d); CAPTURE(c.n);
+    const attention::Heads heads{.n_q = c.hq, .n_kv = c.hkv, .head_dim = c.d};
+    auto k = test::random_vector(c.n * c.hkv * c.d, 1);
+    auto v = test::random_vector(c.n * c.hkv * c.d, 2);
+    auto q = test::random_vector(c.hq * c.d, 3, -3.f, 3.f);
+    kv::Contiguous<float> cache(c.hkv, c.d, c.n + 3);
+    cache.append(k, v);
+    std::vector<float> out(q.size());
+    attention::decode(q, cache, heads, out);
+    const auto ref = test::attention_ref(q, k, v, c.hq, c.hkv, c.d, c.n - 1, 1.0 / std::sqrt(double(c.d)));
+    CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+  }
+}
+
+TEST_CASE("prefill (tiled attend over P queries) equals the reference, with and without threads") {
+  const std::size_t hq = 8, hkv = 4, d = 16, past = 37, P = 150;
+  const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+  auto k = test::random_vector((past + P) * hkv * d, 4);
+  auto v = test::random_vector((past + P) * hkv * d, 5);
+  auto q = test::random_vector(P * hq * d, 6, -2.f, 2.f);
+  kv::Contiguous<float> cache(hkv, d, past + P);
+  cache.append(k, v);
+  const auto ref = test::attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)));
+  for (int threads : {1, 2}) {
+    std::vector<float> out(q.size());
+    std::vector<attention::PartialStats> stats(P * hq);
+    attention::attend(q, past, cache, heads, out, stats, {.threads = threads});
+    CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+  }
+}

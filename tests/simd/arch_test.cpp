@@ -1,0 +1,37 @@
+#include "barato/simd/arch.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+
+using namespace barato;
+
+TEST_CASE("reduce_add_rows puts the sum of row i in lane i (regression: xsimd 8.1 haddp permutes lanes on AVX-512)") {
+  using B = simd::Batch<float>;
+  constexpr std::size_t W = B::size;
+  B rows[W];
+  float expect[W];
+  for (std::size_t i = 0; i < W; ++i) {
+    alignas(64) float t[W];
+    expect[i] = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+      t[j] = static_cast<float>(i * 100 + j * j);
+      expect[i] += t[j];
+    }
+    rows[i] = B::load_aligned(t);
+  }
+  alignas(64) float got[W];
+  simd::reduce_add_rows<simd::DefaultArch>(rows).store_aligned(got);
+  for (std::size_t i = 0; i < W; ++i) CHECK(got[i] == doctest::Approx(expect[i]));
+}
+
+TEST_CASE("reduce_max and reduce_add") {
+  using B = simd::Batch<float>;
+  alignas(64) float t[B::size];
+  for (std::size_t j = 0; j < B::size; ++j) t[j] = static_cast<float>((j * 7) % B::size) - 3.0f;
+  const B b = B::load_aligned(t);
+  CHECK(simd::reduce_max<float, simd::DefaultArch>(b) == static_cast<float>(B::size - 1) - 3.0f);
+  float s = 0;
+  for (float x : t) s += x;
+  CHECK(simd::reduce_add<float, simd::DefaultArch>(b) == doctest::Approx(s));
+}
