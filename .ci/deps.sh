@@ -1,0 +1,15 @@
+# Sourced by .ci/main and .ci/test: installs the Debian packages barato's build needs, if missing.
+barato_packages=(cmake ninja-build g++ clang libeigen3-dev libxsimd-dev xtl-dev doctest-dev libbenchmark-dev)
+
+barato_ensure_packages() {
+  local missing=()
+  for p in "${barato_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  echo "barato: installing missing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
