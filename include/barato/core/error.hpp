@@ -66,10 +66,20 @@ template <class... Ts>
 }
 }  // namespace detail
 
+namespace detail {
+/// The cold, out-of-line half of `require`: builds the message and throws. `[[noreturn]]` tells the
+/// optimiser that code after a failed check is unreachable (without it GCC 12 analyses the
+/// impossible paths and misfires -Warray-bounds / -Waggressive-loop-optimizations).
+template <class E, class... Ts>
+[[noreturn, gnu::cold, gnu::noinline]] void fail(const Ts&... parts) {
+  throw E(cat(parts...));
+}
+}  // namespace detail
+
 /// Throws `E` with the concatenated message unless `cond` holds.
 template <class E = shape_error, class... Ts>
-void require(bool cond, const Ts&... parts) {
-  if (!cond) throw E(detail::cat(parts...));
+inline void require(bool cond, const Ts&... parts) {
+  if (!cond) [[unlikely]] detail::fail<E>(parts...);
 }
 
 }  // namespace barato

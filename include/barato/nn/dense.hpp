@@ -1,0 +1,222 @@
+#pragma once
+/// \file
+/// `nn::Dense<T>`: a dense linear layer y = W x with W [rows, cols] stored row-major as T (fp32, fp16
+/// or bf16) in a `Buffer<T>` from a memory resource. The model of `nn::LinearLayer` for unquantized
+/// weights.
+///
+/// Kernels. A decode step is a matrix–vector product (GEMV) that reads every weight once, so its speed
+/// is the memory bandwidth: the kernel streams `kRowTile` rows at a time, sharing each load of x
+/// between them, with one accumulator per row (independent FMA chains). `apply_batch` (prefill,
+/// batched decode) computes a tile of `kRowTile` rows against `kVecTile` input vectors at a time, so
+/// each weight is read from memory once for all n vectors. Rows are split between threads with
+/// `barato::parallel_for`.
+///
+/// Determinism: every output element is accumulated in the same order (lane-wise over full SIMD
+/// chunks, one horizontal sum, then the scalar tail) whatever the tiling or the thread count, so
+/// `apply` and `apply_batch` give bit-identical results for 1 or more threads, and `apply_batch` with
+/// n = 1 equals `apply`.
+
+#include <algorithm>
+#include <cstddef>
+#include <memory_resource>
+#include <span>
+
+#include "barato/core/dtype.hpp"
+#include "barato/core/error.hpp"
+#include "barato/core/memory.hpp"
+#include "barato/core/parallel.hpp"
+#include "barato/nn/linear_layer.hpp"
+#include "barato/simd/arch.hpp"
+#include "barato/simd/convert.hpp"
+
+namespace barato::nn {
+
+/// A read-only view of a row-major matrix [rows, cols] of T (what kernels take).
+template <Element T>
+struct DenseView {
+  const T* data = nullptr;  // [rows, cols]
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  /// Row r as a span of `cols` elements.
+  [[nodiscard]] std::span<const T> row(std::size_t r) const noexcept { return {data + r * cols, cols}; }
+};
+
+namespace detail {
+
+/// Rows per tile of the GEMV / GEMM kernels (x loads are shared by these rows).
+inline constexpr std::size_t kRowTile = 4;
+/// Input vectors per tile of the batched kernel.
+inline constexpr std::size_t kVecTile = 4;
+/// Below this many multiply-adds per thread, extra threads cost more than they save.
+inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 15;
+/// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
+inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
+
+/// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, N vectors of x).
+/// One accumulator per (r, j); the order of additions for one (r, j) does not depend on R or N.
+template <std::size_t R, std::size_t N, class Arch, Element T>
+inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x_stride, float* out,
+                     std::size_t out_stride) noexcept {
+  using B = simd::Batch<float, Arch>;
+  constexpr std::size_t W = B::size;
+  B acc[R][N];
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t j = 0; j < N; ++j) acc[r][j] = B(0.f);
+  std::size_t k = 0;
+  for (; k + W <= cols; k += W) {
+    B xv[N];
+    for (std::size_t j = 0; j < N; ++j) xv[j] = B::load_unaligned(x + j * x_stride + k);
+    for (std::size_t r = 0; r < R; ++r) {
+      const B wv = simd::load_as_float<Arch>(w + r * cols + k);
+      for (std::size_t j = 0; j < N; ++j) acc[r][j] = xsimd::fma(wv, xv[j], acc[r][j]);
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r) {
+    for (std::size_t j = 0; j < N; ++j) {
+      float s = simd::reduce_add<float, Arch>(acc[r][j]);
+      const T* wr = w + r * cols;
+      const float* xj = x + j * x_stride;
+      for (std::size_t kk = k; kk < cols; ++kk) s += static_cast<float>(wr[kk]) * xj[kk];
+      out[r * out_stride + j] = s;
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Dense linear layer: W [rows, cols] of T, y = W x. Owns its weights (64-byte aligned, from `mr`).
+/// Move-only; `copy()` is explicit.
+template <Element T = float>
+class Dense {
+ public:
+  using element_type = T;
+
+  /// Zero weights of shape [rows, cols] from `mr` (fill them through `weights()`).
+  /// Throws `shape_error` when rows or cols is 0.
+  Dense(std::size_t rows, std::size_t cols, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
+      : rows_(checked(rows, "rows")), cols_(checked(cols, "cols")), w_(rows * cols, mr) {}
+
+  /// Weights `w` [rows, cols] row-major, converted to T (round to nearest even).
+  /// Throws `shape_error` when w.size() != rows·cols or a dimension is 0.
+  Dense(std::size_t rows, std::size_t cols, std::span<const float> w,
+        std::pmr::memory_resource* mr = std::pmr::get_default_resource())
+      : Dense(rows, cols, mr) {
+    require(w.size() == rows * cols, "nn::Dense: expected rows*cols = ", rows, "*", cols, " = ", rows * cols,
+            " weights, got ", w.size());
+    simd::from_float<T>(w.data(), w_.data(), w.size());
+  }
+
+  Dense(Dense&&) noexcept = default;
+  Dense& operator=(Dense&&) noexcept = default;
+  /// Explicit deep copy (same memory resource).
+  [[nodiscard]] Dense copy() const {
+    Dense out(rows_, cols_, w_.resource());
+    out.w_ = w_.copy();
+    return out;
+  }
+
+  /// Output size (rows of W).
+  [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+  /// Input size (columns of W).
+  [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+  /// Exact weight storage in bytes: rows · cols · sizeof(T) (what one GEMV streams).
+  [[nodiscard]] std::size_t bytes() const noexcept { return w_.bytes(); }
+  /// Read-only view for kernels.
+  [[nodiscard]] DenseView<T> view() const noexcept { return {w_.data(), rows_, cols_}; }
+  /// Mutable weights [rows, cols] row-major (for loaders and initialisers).
+  [[nodiscard]] std::span<T> weights() noexcept { return w_.span(); }
+  [[nodiscard]] std::span<const T> weights() const noexcept { return w_.span(); }
+
+  /// y = W x. x [cols], y [rows]; x and y must not overlap. Allocates nothing; O(rows·cols).
+  /// Throws `shape_error` on mismatched sizes.
+  void apply(std::span<const float> x, std::span<float> y, int threads = 1) const {
+    require(x.size() == cols_, "nn::Dense::apply: x has ", x.size(), " elements, expected cols = ", cols_);
+    require(y.size() == rows_, "nn::Dense::apply: y has ", y.size(), " elements, expected rows = ", rows_);
+    run(x.data(), y.data(), 1, threads);
+  }
+
+  /// Y = X Wᵀ for n input vectors: X [n, cols] row-major, Y [n, rows]. Each weight is read once
+  /// for all n vectors. Allocates nothing; O(n·rows·cols). Throws `shape_error` on mismatched sizes.
+  void apply_batch(std::span<const float> x, std::span<float> y, std::size_t n, int threads = 1) const {
+    require(x.size() == n * cols_, "nn::Dense::apply_batch: x has ", x.size(), " elements, expected n*cols = ", n, "*",
+            cols_, " = ", n * cols_);
+    require(y.size() == n * rows_, "nn::Dense::apply_batch: y has ", y.size(), " elements, expected n*rows = ", n, "*",
+            rows_, " = ", n * rows_);
+    run(x.data(), y.data(), n, threads);
+  }
+
+ private:
+  static std::size_t checked(std::size_t v, const char* name) {
+    require(v > 0, "nn::Dense: ", name, " must be > 0, got 0");
+    return v;
+  }
+
+  /// Row grain per thread chunk: a multiple of kRowTile, large enough that a chunk is worth a thread.
+  [[nodiscard]] std::size_t grain(std::size_t n) const noexcept {
+    const std::size_t per_row = cols_ * n;
+    std::size_t g = (detail::kMinWorkPerThread + per_row - 1) / per_row;
+    g = (g + detail::kRowTile - 1) / detail::kRowTile * detail::kRowTile;
+    return std::max(g, detail::kRowTile);
+  }
+
+  void run(const float* x, float* y, std::size_t n, int threads) const {
+    parallel_for(
+        rows_, threads, [&](std::size_t lo, std::size_t hi) { rows_range<simd::DefaultArch>(x, y, n, lo, hi); },
+        grain(n));
+  }
+
+  /// Rows [lo, hi) for all n vectors: y[j * rows + r]. For n > 1 the rows are taken in blocks of
+  /// about `kRowBlockBytes` of weights (kept in L2 while every input vector passes over them), and
+  /// within a block `kRowTile` rows × `kVecTile` vectors at a time.
+  template <class Arch>
+  void rows_range(const float* x, float* y, std::size_t n, std::size_t lo, std::size_t hi) const noexcept {
+    constexpr std::size_t R = detail::kRowTile, N = detail::kVecTile;
+    const T* w = w_.data();
+    const std::size_t c = cols_;
+    if (n == 1) {
+      std::size_t r = lo;
+      for (; r + R <= hi; r += R) detail::dot_tile<R, 1, Arch>(w + r * c, c, x, c, y + r, 1);
+      for (; r < hi; ++r) detail::dot_tile<1, 1, Arch>(w + r * c, c, x, c, y + r, 1);
+      return;
+    }
+    const std::size_t block = std::max(R, detail::kRowBlockBytes / (c * sizeof(T)) / R * R);
+    for (std::size_t r0 = lo; r0 < hi; r0 += block) {
+      const std::size_t r1 = std::min(hi, r0 + block);
+      std::size_t j = 0;
+      for (; j + N <= n; j += N) rows_tile<N, Arch>(x, y, j, r0, r1);
+      for (; j < n; ++j) rows_tile<1, Arch>(x, y, j, r0, r1);
+    }
+  }
+
+  /// Rows [r0, r1) against vectors [j, j + N).
+  template <std::size_t N, class Arch>
+  void rows_tile(const float* x, float* y, std::size_t j, std::size_t r0, std::size_t r1) const noexcept {
+    constexpr std::size_t R = detail::kRowTile;
+    const T* w = w_.data();
+    const std::size_t c = cols_;
+    std::size_t r = r0;
+    for (; r + R <= r1; r += R) tile<R, N, Arch>(w + r * c, x + j * c, y + j * rows_ + r);
+    for (; r < r1; ++r) tile<1, N, Arch>(w + r * c, x + j * c, y + j * rows_ + r);
+  }
+
+  /// R rows × N vectors into y laid out [n, rows]: element (r, j) goes to out[j * rows + r].
+  template <std::size_t R, std::size_t N, class Arch>
+  void tile(const T* w, const float* x, float* out) const noexcept {
+    float tmp[R * N];  // [R, N]
+    detail::dot_tile<R, N, Arch>(w, cols_, x, cols_, tmp, N);
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::size_t j = 0; j < N; ++j) out[j * rows_ + r] = tmp[r * N + j];
+  }
+
+  std::size_t rows_, cols_;
+  Buffer<T> w_;  // [rows, cols]
+};
+
+/// The fp32 dense layer under its role name.
+using DenseLinear = Dense<float>;
+
+static_assert(LinearLayer<Dense<float>>);
+static_assert(LinearLayer<Dense<f16>>);
+static_assert(LinearLayer<Dense<bf16>>);
+
+}  // namespace barato::nn
