@@ -1,0 +1,134 @@
+#pragma once
+/// \file
+/// The fused online-softmax kernel of attention/online_softmax.hpp, specialised for a compile-time
+/// head dimension D (64 and 128 — the head sizes of nearly every Llama-family model) over dense
+/// blocks. `accumulate` dispatches here when d matches; the result is the same partial state.
+///
+/// Why a specialisation: with D known, a head's query (pre-multiplied by the softmax scale) and its
+/// output accumulator live in D/W vector registers for a whole chunk of `kFixedChunkRows` rows, so
+/// the per-row work is only the K and V loads and their FMAs. Per chunk and query head:
+///   1. scores of the chunk's rows, W at a time (W dot products reduced by one transpose-add),
+///      stored to an L1 scratch of kFixedChunkRows floats, with a vector running max;
+///   2. one rescale of (o, l) by e^{m_old − m_new} if the chunk raised the max;
+///   3. p = e^{s − m} vectorised over the chunk, l += Σ p;
+///   4. o += Σ_j p_j·v_j with two interleaved accumulator sets (2·D/W independent FMA chains).
+/// Chunks are visited in the outer loop and the G query heads of a group in the inner loop, so a
+/// chunk of K/V (≤ 64 KiB) is read from memory once and from cache for the other heads.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#include "barato/attention/partial.hpp"
+#include "barato/core/dtype.hpp"
+#include "barato/kv/block.hpp"
+#include "barato/simd/arch.hpp"
+#include "barato/simd/convert.hpp"
+
+namespace barato::attention {
+
+/// Rows per chunk of the fixed-dimension kernel (a multiple of every float lane count).
+inline constexpr std::size_t kFixedChunkRows = 64;
+
+/// True when `accumulate` has a fixed-dimension path for head dimension `d` on `Arch`.
+template <class Arch>
+[[nodiscard]] constexpr bool has_fixed_dim_kernel(std::size_t d) noexcept {
+  return (d == 64 || d == 128) && d % simd::Batch<float, Arch>::size == 0 && kFixedChunkRows % simd::Batch<float, Arch>::size == 0;
+}
+
+/// Folds rows [r0, r1) of `blk` into the partial states of `g` query heads (q + i·D, o + i·D, st[i]),
+/// scores scaled by `scale`. Same contract as `accumulate`; requires D % W == 0. Allocates nothing.
+template <std::size_t D, class Arch = simd::DefaultArch, Element T>
+void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
+                          std::size_t r1, float* o, PartialStats* st) noexcept {
+  using B = simd::Batch<float, Arch>;
+  constexpr std::size_t W = B::size;
+  constexpr std::size_t C = D / W;  // vectors per row
+  constexpr std::size_t R = kFixedChunkRows;
+  static_assert(D % W == 0 && R % W == 0);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const std::size_t stride = blk.stride;
+  alignas(64) float s[R];  // scores, then probabilities, of one chunk
+
+  for (std::size_t c0 = r0; c0 < r1; c0 += R) {
+    const std::size_t nr = std::min(R, r1 - c0);
+    const T* k0 = blk.k + c0 * stride;  // [nr, stride]
+    const T* v0 = blk.v + c0 * stride;  // [nr, stride]
+    for (std::size_t h = 0; h < g; ++h) {
+      B qv[C];  // scale · q, in registers
+      for (std::size_t c = 0; c < C; ++c) qv[c] = B(scale) * B::load_unaligned(q + h * D + c * W);
+
+      // 1. scores of the chunk, W rows at a time.
+      B mx(kNegInf);
+      for (std::size_t t = 0; t < nr; t += W) {
+        const std::size_t nt = std::min(W, nr - t);
+        const T* kt = k0 + t * stride;
+        B acc[W];
+        if (nt == W) {
+          for (std::size_t j = 0; j < W; ++j) {
+            acc[j] = qv[0] * simd::load_as_float<Arch>(kt + j * stride);
+            for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
+          }
+          simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
+        } else {
+          for (std::size_t j = 0; j < W; ++j) acc[j] = B(0.0f);
+          for (std::size_t j = 0; j < nt; ++j)
+            for (std::size_t c = 0; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
+          simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
+          for (std::size_t j = nt; j < W; ++j) s[t + j] = kNegInf;  // rows past the range weigh 0
+        }
+        mx = xsimd::max(mx, B::load_aligned(s + t));
+      }
+      const float cmax = simd::reduce_max<float, Arch>(mx);
+      if (cmax == kNegInf) continue;  // nothing visible (only with -inf scores)
+
+      // 2. rescale the running state once per chunk.
+      PartialStats& sh = st[h];
+      float* oh = o + h * D;
+      B ov[C], ov2[C];
+      for (std::size_t c = 0; c < C; ++c) {
+        ov[c] = B::load_unaligned(oh + c * W);
+        ov2[c] = B(0.0f);
+      }
+      if (cmax > sh.m) {
+        if (sh.l != 0.0f) {
+          const float alpha = std::exp(sh.m - cmax);
+          sh.l *= alpha;
+          for (std::size_t c = 0; c < C; ++c) ov[c] = ov[c] * B(alpha);
+        }
+        sh.m = cmax;
+      }
+
+      // 3. probabilities of the chunk.
+      const std::size_t nr_up = (nr + W - 1) / W * W;
+      const B mb(sh.m);
+      B lsum(0.0f);
+      for (std::size_t t = 0; t < nr_up; t += W) {
+        const B p = xsimd::exp(B::load_aligned(s + t) - mb);
+        p.store_aligned(s + t);
+        lsum += p;
+      }
+      sh.l += simd::reduce_add<float, Arch>(lsum);
+
+      // 4. o += Σ_j p_j · v_j, two rows per iteration into independent accumulators.
+      std::size_t j = 0;
+      for (; j + 2 <= nr; j += 2) {
+        const B p0(s[j]), p1(s[j + 1]);
+        const T* va = v0 + j * stride;
+        const T* vb = va + stride;
+        for (std::size_t c = 0; c < C; ++c) {
+          ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);
+          ov2[c] = xsimd::fma(p1, simd::load_as_float<Arch>(vb + c * W), ov2[c]);
+        }
+      }
+      if (j < nr) {
+        const B p0(s[j]);
+        for (std::size_t c = 0; c < C; ++c) ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(v0 + j * stride + c * W), ov[c]);
+      }
+      for (std::size_t c = 0; c < C; ++c) (ov[c] + ov2[c]).store_unaligned(oh + c * W);
+    }
+  }
+}
+
+}  // namespace barato::attention
