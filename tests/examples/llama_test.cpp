@@ -1,0 +1,245 @@
+// Tests of the example Llama decoder (examples/models/llama.hpp, generate.hpp): greedy generation on
+// stories260K equals llama2.c run.c's reference token ids for every reference file (cached and
+// uncached), prefill == token-by-token decode, agreement with the scalar reference forward pass,
+// truncate/rollback, capacity errors, and converted weight formats.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "barato/nn/any_linear.hpp"
+#include "models/generate.hpp"
+#include "models/llama.hpp"
+#include "models/tokenizer.hpp"
+#include "support/data.hpp"
+#include "support/llama_reference.hpp"
+#include "support/reference.hpp"
+#include "support/reference_file.hpp"
+
+namespace fs = std::filesystem;
+using namespace barato_examples;
+using Cache = barato::kv::Contiguous<float>;
+
+namespace {
+
+/// Logits of different summation orders (block vs single token, tiles vs scalar) agree to this,
+/// relative to the largest |logit| of the row set.
+constexpr double kLogitRelTol = 2e-5;
+
+LlamaConfig small_config(RopeStyle style, bool shared) {
+  LlamaConfig c;
+  c.dim = 48;
+  c.hidden_dim = 72;
+  c.n_layers = 3;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;  // q_dim 48
+  c.vocab_size = 67;
+  c.seq_len = 96;
+  c.rope_style = style;
+  c.shared_classifier = shared;
+  return c;
+}
+
+std::vector<Token> random_tokens(std::size_t n, std::size_t vocab, unsigned seed) {
+  std::vector<Token> t(n);
+  std::uint64_t s = seed * 2654435761u + 1;
+  for (auto& x : t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<Token>((s >> 33) % vocab);
+  }
+  return t;
+}
+
+std::vector<float> forward_all(Llama<Cache>& m, const std::vector<Token>& toks) {
+  std::vector<float> logits(toks.size() * m.vocab_size());
+  m.forward(toks, logits);
+  return logits;
+}
+
+}  // namespace
+
+TEST_CASE("llama: block prefill, token-by-token decode and the scalar reference agree") {
+  for (const auto style : {RopeStyle::adjacent, RopeStyle::half_split})
+    for (const bool shared : {true, false}) {
+      const auto w = random_llama_weights(small_config(style, shared), 7);
+      const std::size_t V = w.config.vocab_size;
+      const auto toks = random_tokens(70, V, 3);
+
+      Llama<Cache> block(w, make_contiguous_caches(w.config, 96), {.threads = 1, .max_chunk = 16});
+      const auto lb = forward_all(block, toks);  // 5 chunks of 16, last one partial
+      CHECK(block.size() == toks.size());
+
+      Llama<Cache> step(w, make_contiguous_caches(w.config, 96), {.threads = 2, .max_chunk = 1});
+      std::vector<float> ls(toks.size() * V);
+      for (std::size_t i = 0; i < toks.size(); ++i)
+        step.forward(std::span<const Token>(&toks[i], 1), std::span<float>(ls).subspan(i * V, V));
+
+      barato::test::LlamaReference ref(w);
+      std::vector<float> lr;
+      for (const Token t : toks) {
+        const auto r = ref.step(t);
+        lr.insert(lr.end(), r.begin(), r.end());
+      }
+      INFO("style " << int(style) << " shared " << shared);
+      CHECK(barato::test::max_rel_diff(lb, lr) < kLogitRelTol);
+      CHECK(barato::test::max_rel_diff(ls, lr) < kLogitRelTol);
+
+      // forward_last equals the last row of forward.
+      Llama<Cache> last(w, make_contiguous_caches(w.config, 96), {.max_chunk = 32});
+      std::vector<float> ll(V);
+      last.forward_last(toks, ll);
+      const std::vector<float> tail(lb.end() - static_cast<std::ptrdiff_t>(V), lb.end());
+      CHECK(barato::test::max_rel_diff(ll, tail) < kLogitRelTol);
+    }
+}
+
+TEST_CASE("llama: truncate then re-forward equals a fresh forward; reset") {
+  const auto w = random_llama_weights(small_config(RopeStyle::adjacent, true), 11);
+  const std::size_t V = w.config.vocab_size;
+  auto toks = random_tokens(40, V, 5);
+  Llama<Cache> m(w, make_contiguous_caches(w.config, 64), {.max_chunk = 8});
+  (void)forward_all(m, toks);
+  m.truncate(25);
+  CHECK(m.size() == 25);
+  const std::vector<Token> other = random_tokens(10, V, 9);
+  const auto after = forward_all(m, other);
+
+  std::vector<Token> fresh_seq(toks.begin(), toks.begin() + 25);
+  fresh_seq.insert(fresh_seq.end(), other.begin(), other.end());
+  Llama<Cache> f(w, make_contiguous_caches(w.config, 64), {.max_chunk = 8});
+  const auto fresh = forward_all(f, fresh_seq);
+  const std::vector<float> fresh_tail(fresh.end() - static_cast<std::ptrdiff_t>(10 * V), fresh.end());
+  CHECK(barato::test::max_rel_diff(after, fresh_tail) < kLogitRelTol);
+
+  m.reset();
+  CHECK(m.size() == 0);
+  const auto again = forward_all(m, fresh_seq);
+  CHECK(again == fresh);  // same chunking from position 0: bit-identical
+  CHECK_THROWS_AS(m.truncate(1000), barato::shape_error);
+}
+
+TEST_CASE("llama: errors leave the model unchanged") {
+  const auto w = random_llama_weights(small_config(RopeStyle::adjacent, true), 13);
+  const std::size_t V = w.config.vocab_size;
+  Llama<Cache> m(w, make_contiguous_caches(w.config, 20), {.max_chunk = 8});
+  CHECK(m.capacity() == 20);
+  const auto toks = random_tokens(15, V, 1);
+  (void)forward_all(m, toks);
+  std::vector<float> logits(10 * V);
+  CHECK_THROWS_AS(m.forward(random_tokens(10, V, 2), logits), barato::capacity_error);
+  CHECK(m.size() == 15);
+  std::vector<Token> bad = {1, 2, static_cast<Token>(V)};
+  std::vector<float> l3(3 * V);
+  CHECK_THROWS_AS(m.forward(bad, l3), barato::value_error);
+  CHECK(m.size() == 15);
+  CHECK_THROWS_AS(m.forward(std::vector<Token>{1, 2}, l3), barato::shape_error);
+  CHECK(m.size() == 15);
+  // Wrong cache shapes / counts are rejected at construction.
+  auto two = make_contiguous_caches(w.config, 8);
+  two.pop_back();
+  CHECK_THROWS_AS(Llama<Cache>(w, std::move(two)), barato::shape_error);
+  std::vector<Cache> wrong;
+  for (std::size_t i = 0; i < w.config.n_layers; ++i) wrong.emplace_back(w.config.n_kv_heads, 2 * w.config.head_dim, 8);
+  CHECK_THROWS_AS(Llama<Cache>(w, std::move(wrong)), barato::shape_error);
+}
+
+TEST_CASE("llama: converted weights (AnyLinear) give identical logits; observer sees every layer") {
+  const auto w = random_llama_weights(small_config(RopeStyle::half_split, false), 17);
+  const auto any = convert_weights(w, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
+  CHECK(any.linear_bytes() == w.linear_bytes());
+  const auto toks = random_tokens(12, w.config.vocab_size, 4);
+  Llama<Cache> a(w, make_contiguous_caches(w.config, 16));
+  Llama<Cache, barato::nn::AnyLinear> b(any, make_contiguous_caches(any.config, 16));
+  std::vector<float> la(12 * w.config.vocab_size), lb(la.size());
+  std::vector<std::size_t> seen;
+  b.set_observer([&](std::size_t layer, std::span<const float> h) {
+    seen.push_back(layer);
+    CHECK(h.size() == 12 * w.config.dim);
+  });
+  a.forward(toks, la);
+  b.forward(toks, lb);
+  CHECK(la == lb);
+  CHECK(seen == std::vector<std::size_t>{0, 1, 2});
+  // Shared ownership of the weights.
+  auto shared = std::make_shared<const LlamaWeights<>>(random_llama_weights(small_config(RopeStyle::adjacent, true), 1));
+  Llama<Cache> s(shared, make_contiguous_caches(shared->config, 4));
+  shared.reset();
+  std::vector<float> l1(s.vocab_size());
+  s.forward_last(std::vector<Token>{1, 5}, l1);
+  CHECK(s.size() == 2);
+}
+
+TEST_CASE("llama: random weights are deterministic whatever the thread count") {
+  const auto c = small_config(RopeStyle::adjacent, false);
+  const auto a = random_llama_weights(c, 5, std::pmr::get_default_resource(), 1);
+  const auto b = random_llama_weights(c, 5, std::pmr::get_default_resource(), 2);
+  const auto d = random_llama_weights(c, 6);
+  const auto wa = a.layers[1].w2.weights(), wb = b.layers[1].w2.weights(), wd = d.layers[1].w2.weights();
+  CHECK(std::equal(wa.begin(), wa.end(), wb.begin()));
+  CHECK_FALSE(std::equal(wa.begin(), wa.end(), wd.begin()));
+  CHECK(*std::max_element(wa.begin(), wa.end()) <= std::sqrt(3.0f / 72.0f));
+}
+
+TEST_CASE("llama: greedy generation on stories260K equals run.c's reference ids, with and without the cache") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto w = load_llama2c(dir / "stories260K/stories260K.bin");
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", w.config.vocab_size);
+  std::vector<fs::path> refs;
+  for (const auto& e : fs::directory_iterator(dir / "stories260K/reference"))
+    if (e.path().extension() == ".txt") refs.push_back(e.path());
+  std::sort(refs.begin(), refs.end());
+  REQUIRE(!refs.empty());
+  std::size_t checked = 0;
+  for (const auto& p : refs) {
+    INFO("reference file " << p);
+    const auto r = barato::test::read_reference_file(p);
+    if (r.at("format") != "llama2c-greedy-v1" || std::stof(r.at("temperature")) != 0.0f) continue;
+    ++checked;
+    const std::string prompt = barato::test::parse_json_string(r.at("prompt_json"));
+    const auto prompt_ids = tok.encode(prompt, true);
+    CHECK(std::vector<int>(prompt_ids.begin(), prompt_ids.end()) == r.ids("prompt_ids"));
+    const auto expected = r.ids("generated_ids");
+    for (const bool cached : {true, false}) {
+      Llama<Cache> m(w, make_contiguous_caches(w.config, w.config.seq_len), {.threads = 1});
+      std::vector<float> logits(m.vocab_size());
+      const auto g = generate(m, prompt_ids, {.steps = std::stoul(r.at("steps")), .use_cache = cached}, logits);
+      INFO("cached " << cached);
+      CHECK(std::vector<int>(g.generated.begin(), g.generated.end()) == expected);
+      CHECK(g.stopped_on_bos == (r.at("stop") == "bos"));
+      std::vector<Token> all(prompt_ids);
+      all.insert(all.end(), g.generated.begin(), g.generated.end());
+      if (g.stopped_on_bos) all.pop_back();
+      CHECK(tok.decode_text(all) == barato::test::parse_json_string(r.at("text_json")));
+      const std::vector<Token> gen_only(g.generated.begin(), g.generated.end() - (g.stopped_on_bos ? 1 : 0));
+      std::vector<Token> with_prev{all[prompt_ids.size() - 1]};
+      with_prev.insert(with_prev.end(), gen_only.begin(), gen_only.end());
+      if (r.values.count("generated_text_json"))
+        CHECK(tok.decode_text(with_prev) == barato::test::parse_json_string(r.at("generated_text_json")));
+    }
+  }
+  CHECK(checked == refs.size());
+}
+
+TEST_CASE("llama: stories260K prefill logits match the scalar reference") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto w = load_llama2c(dir / "stories260K/stories260K.bin");
+  CHECK(w.config.head_dim == 8);
+  CHECK(w.bytes() == (260032 + 512 * 64) * 4);  // tied classifier stored once more as a Dense
+  const auto toks = random_tokens(100, 512, 8);
+  Llama<Cache> m(w, make_contiguous_caches(w.config, 128), {.threads = 2, .max_chunk = 64});
+  const auto lb = forward_all(m, toks);
+  barato::test::LlamaReference ref(w);
+  std::vector<float> lr;
+  for (const Token t : toks) {
+    const auto r = ref.step(t);
+    lr.insert(lr.end(), r.begin(), r.end());
+  }
+  CHECK(barato::test::max_rel_diff(lb, lr) < kLogitRelTol);
+}
