@@ -5,36 +5,70 @@
 /// W rows (W = float lanes): the W dot products are reduced with one transpose-add, the tile's max
 /// rescales the running state once, exp is vectorised over the tile, and the W value rows are
 /// accumulated into o. A tile of K/V is read from memory once and reused from L1 for all G heads,
-/// so GQA/MQA stream K/V once per group, not once per query head.
+/// so GQA/MQA stream K/V once per group, not once per query head. The routine is written once
+/// (`accumulate_rows`) over a row source, so quantized blocks (kv/quantized.hpp) dequantise inside
+/// the same kernel instead of copying it.
 
 #include <algorithm>
+#include <concepts>
 #include <cmath>
 #include <cstddef>
 #include <limits>
 
 #include "barato/kv/block.hpp"
+#include "barato/attention/fixed_dim_kernel.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/simd/arch.hpp"
 #include "barato/simd/convert.hpp"
 
 namespace barato::attention {
 
-/// For each of `g` query heads i (q + i·d, d floats; scores are scaled by `scale`), folds the
-/// block's rows [r0, r1) into (o + i·d, st[i]). Complexity O(g·(r1 − r0)·d); allocates nothing.
-template <class Arch = simd::DefaultArch, Element T>
-void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
-                std::size_t r1, float* o, PartialStats* st) noexcept {
+/// A row source for `accumulate_rows`: how the kernel reads key/value rows of one block.
+/// `k<Arch>(r, c)` / `v<Arch>(r, c)` load W = float lanes consecutive elements of row r from column c
+/// as floats; `k_at` / `v_at` read one element (the d % W tail). When `kScaled` is true the row
+/// holds quantized codes and `k_scale(r)` / `v_scale(r)` are the per-row dequantisation factors
+/// (score_r = scale·k_scale(r)·(q·codes_r), and value row r contributes p_r·v_scale(r)·codes_r), so
+/// dequantisation happens inside the kernel and the online-softmax logic exists once.
+template <class Rows>
+concept RowSource = requires(const Rows& rows, std::size_t r, std::size_t c) {
+  { Rows::kScaled } -> std::convertible_to<bool>;
+  { rows.k_at(r, c) } -> std::convertible_to<float>;
+  { rows.v_at(r, c) } -> std::convertible_to<float>;
+};
+
+/// Rows of a `kv::DenseBlock<T>`: plain loads, no scales.
+template <Element T>
+struct DenseRows {
+  static constexpr bool kScaled = false;
+  const kv::DenseBlock<T>& blk;
+  template <class Arch>
+  [[nodiscard]] simd::Batch<float, Arch> k(std::size_t r, std::size_t c) const noexcept {
+    return simd::load_as_float<Arch>(blk.k + r * blk.stride + c);
+  }
+  template <class Arch>
+  [[nodiscard]] simd::Batch<float, Arch> v(std::size_t r, std::size_t c) const noexcept {
+    return simd::load_as_float<Arch>(blk.v + r * blk.stride + c);
+  }
+  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(blk.k[r * blk.stride + c]); }
+  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(blk.v[r * blk.stride + c]); }
+};
+
+/// The fused tile routine over any row source. For each of `g` query heads i (q + i·d, d floats;
+/// scores are scaled by `scale`), folds rows [r0, r1) into (o + i·d, st[i]).
+/// Complexity O(g·(r1 − r0)·d); allocates nothing.
+template <class Arch = simd::DefaultArch, RowSource Rows>
+void accumulate_rows(const float* q, std::size_t g, std::size_t d, float scale, const Rows& rows, std::size_t r0,
+                     std::size_t r1, float* o, PartialStats* st) noexcept {
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const std::size_t dv = d / W * W;  // vectorised part of each row
   alignas(64) float s[W];
   alignas(64) float p[W];
+  alignas(64) float pv[W];  // p_j · v_scale_j (scaled row sources only)
 
   for (std::size_t r = r0; r < r1; r += W) {
     const std::size_t nt = std::min(W, r1 - r);
-    const T* krow0 = blk.k + r * blk.stride;
-    const T* vrow0 = blk.v + r * blk.stride;
     for (std::size_t h = 0; h < g; ++h) {
       const float* qh = q + h * d;
       float* oh = o + h * d;
@@ -46,24 +80,26 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
       if (nt == W) {
         for (std::size_t c = 0; c < dv; c += W) {
           const B qc = B::load_unaligned(qh + c);
-          for (std::size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(qc, simd::load_as_float<Arch>(krow0 + j * blk.stride + c), acc[j]);
+          for (std::size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(qc, rows.template k<Arch>(r + j, c), acc[j]);
         }
       } else {
         for (std::size_t c = 0; c < dv; c += W) {
           const B qc = B::load_unaligned(qh + c);
-          for (std::size_t j = 0; j < nt; ++j) acc[j] = xsimd::fma(qc, simd::load_as_float<Arch>(krow0 + j * blk.stride + c), acc[j]);
+          for (std::size_t j = 0; j < nt; ++j) acc[j] = xsimd::fma(qc, rows.template k<Arch>(r + j, c), acc[j]);
         }
       }
       simd::reduce_add_rows<Arch>(acc).store_aligned(s);
       if (dv < d) {
-        for (std::size_t j = 0; j < nt; ++j) {
-          const T* kr = krow0 + j * blk.stride;
-          for (std::size_t c = dv; c < d; ++c) s[j] += qh[c] * static_cast<float>(kr[c]);
-        }
+        for (std::size_t j = 0; j < nt; ++j)
+          for (std::size_t c = dv; c < d; ++c) s[j] += qh[c] * rows.k_at(r + j, c);
       }
       float tmax = kNegInf;
       for (std::size_t j = 0; j < W; ++j) {
-        s[j] = j < nt ? s[j] * scale : kNegInf;
+        if constexpr (Rows::kScaled) {
+          s[j] = j < nt ? s[j] * (scale * rows.k_scale(r + j)) : kNegInf;
+        } else {
+          s[j] = j < nt ? s[j] * scale : kNegInf;
+        }
         tmax = std::max(tmax, s[j]);
       }
       if (tmax == kNegInf) continue;  // nothing visible (only with -inf scores)
@@ -80,20 +116,39 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
       const B pb = xsimd::exp(B::load_aligned(s) - B(sh.m));
       pb.store_aligned(p);
       sh.l += simd::reduce_add<float, Arch>(pb);
+      const float* w = p;  // weight of value row j
+      if constexpr (Rows::kScaled) {
+        for (std::size_t j = 0; j < nt; ++j) pv[j] = p[j] * rows.v_scale(r + j);
+        w = pv;
+      }
 
-      // o += Σ_j p_j · v_j
+      // o += Σ_j w_j · v_j
       for (std::size_t c = 0; c < dv; c += W) {
         B ov = B::load_unaligned(oh + c);
-        for (std::size_t j = 0; j < nt; ++j) ov = xsimd::fma(B(p[j]), simd::load_as_float<Arch>(vrow0 + j * blk.stride + c), ov);
+        for (std::size_t j = 0; j < nt; ++j) ov = xsimd::fma(B(w[j]), rows.template v<Arch>(r + j, c), ov);
         ov.store_unaligned(oh + c);
       }
       for (std::size_t c = dv; c < d; ++c) {
         float a = oh[c];
-        for (std::size_t j = 0; j < nt; ++j) a += p[j] * static_cast<float>(vrow0[j * blk.stride + c]);
+        for (std::size_t j = 0; j < nt; ++j) a += w[j] * rows.v_at(r + j, c);
         oh[c] = a;
       }
     }
   }
+}
+
+/// The dense-block kernel: `accumulate_rows` over `DenseRows<T>`. For each of `g` query heads i
+/// (q + i·d, d floats; scores are scaled by `scale`), folds the block's rows [r0, r1) into
+/// (o + i·d, st[i]). Complexity O(g·(r1 − r0)·d); allocates nothing.
+template <class Arch = simd::DefaultArch, Element T>
+void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
+                std::size_t r1, float* o, PartialStats* st) noexcept {
+  // d = 64 / 128: q and o stay in registers (attention/fixed_dim_kernel.hpp).
+  if (has_fixed_dim_kernel<Arch>(d)) {
+    if (d == 64) return accumulate_fixed_dim<64, Arch>(q, g, scale, blk, r0, r1, o, st);
+    return accumulate_fixed_dim<128, Arch>(q, g, scale, blk, r0, r1, o, st);
+  }
+  accumulate_rows<Arch>(q, g, d, scale, DenseRows<T>{blk}, r0, r1, o, st);
 }
 
 }  // namespace barato::attention

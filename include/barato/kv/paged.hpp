@@ -1,0 +1,505 @@
+#pragma once
+/// \file
+/// Paged KV cache (PagedAttention, Kwon et al. 2023, "Efficient Memory Management for Large Language
+/// Model Serving with PagedAttention"): one pool of fixed-size blocks shared by many sequences.
+///
+///  - **Blocks hold all layers.** A block stores `block_tokens` (B) positions of every layer and KV
+///    head: layout [n_blocks, n_layers, n_kv_heads, B, head_dim] for K and for V. One block table per
+///    sequence then serves every layer (a table per (sequence, layer) would multiply the bookkeeping
+///    by the layer count), and a fork, a copy-on-write or a prefix hit is one table operation.
+///  - **Block tables** map a sequence's logical block i (positions [i·B, (i+1)·B)) to a physical
+///    block. Each layer has its own length (the model appends layer by layer); a block is held while
+///    any layer uses it.
+///  - **Reference counts + free list.** `fork(seq)` shares every block (counts + 1, nothing copied).
+///    Appending into a block whose count is > 1 copies it first (copy-on-write); `release(seq)`
+///    returns blocks whose count drops to zero. The free list is intrusive (no allocation): blocks
+///    without cached content are reused first, cached blocks in least-recently-freed order.
+///  - **Automatic prefix sharing** (kv/prefix_cache.hpp): a block that is full in every layer and
+///    whose B tokens are known is registered under hash(prefix hash, tokens). `admit(prompt)`
+///    creates a sequence that reuses the longest chain of cached blocks and says how many positions
+///    are cached, so the model prefills only prompt[cached …]. A freed cached block keeps its content
+///    until the allocator reclaims it (then it counts as evicted).
+///  - **Capacity.** When an append needs more free blocks than exist, it throws `capacity_error`
+///    before touching anything: every sequence, count and the free list are unchanged.
+///  - **Attention** reads the pages in place: `for_each_block` yields one `DenseBlock` per page with its
+///    true `pos0` (no gather copy).
+///
+/// `PagedView` (one sequence, one layer) is what a model holds; it satisfies `kv::CachePolicy`.
+/// Views refer to the pool, which therefore neither moves nor copies.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory_resource>
+#include <span>
+#include <vector>
+
+#include "barato/core/dtype.hpp"
+#include "barato/core/error.hpp"
+#include "barato/core/memory.hpp"
+#include "barato/core/token.hpp"
+#include "barato/kv/block.hpp"
+#include "barato/kv/cache_policy.hpp"
+#include "barato/kv/prefix_cache.hpp"
+#include "barato/simd/convert.hpp"
+
+namespace barato::kv {
+
+/// Construction parameters of `PagedPool` (designated initialisers).
+struct PagedConfig {
+  std::size_t n_layers = 1;        ///< layers stored per block
+  std::size_t n_kv_heads = 0;      ///< KV heads per layer
+  std::size_t head_dim = 0;        ///< d
+  std::size_t block_tokens = 16;   ///< B: positions per block
+  std::size_t n_blocks = 0;        ///< blocks in the pool (capacity = n_blocks · B positions, shared)
+  bool prefix_caching = true;      ///< register full blocks for automatic prefix sharing
+};
+
+/// Id of a sequence in a `PagedPool`.
+using SeqId = std::uint32_t;
+
+template <Element T>
+class PagedView;
+
+template <Element T = float>
+class PagedPool {
+ public:
+  using element_type = T;
+  using block_type = DenseBlock<T>;
+  using BlockId = std::uint32_t;
+  static constexpr BlockId kNoBlock = 0xFFFFFFFFu;
+
+  /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension.
+  explicit PagedPool(const PagedConfig& cfg, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
+      : cfg_(checked(cfg)), block_elems_(cfg.n_layers * cfg.n_kv_heads * cfg.block_tokens * cfg.head_dim),
+        k_(cfg.n_blocks * block_elems_, mr), v_(cfg.n_blocks * block_elems_, mr), ref_(cfg.n_blocks, 0),
+        prev_(cfg.n_blocks + 1), next_(cfg.n_blocks + 1), hashed_(cfg.n_blocks, 0), hash_(cfg.n_blocks, 0),
+        parent_(cfg.n_blocks, 0), tok_(cfg.n_blocks * cfg.block_tokens, 0) {
+    // Free list: sentinel at index n_blocks; all blocks free in id order.
+    const BlockId s = sentinel();
+    prev_[s] = next_[s] = s;
+    for (BlockId b = 0; b < cfg_.n_blocks; ++b) push_back_free(b);
+  }
+  PagedPool(const PagedPool&) = delete;
+  PagedPool& operator=(const PagedPool&) = delete;
+
+  // ---- shape and memory ------------------------------------------------------------------------
+  [[nodiscard]] const PagedConfig& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::size_t n_layers() const noexcept { return cfg_.n_layers; }
+  [[nodiscard]] std::size_t n_kv_heads() const noexcept { return cfg_.n_kv_heads; }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return cfg_.head_dim; }
+  [[nodiscard]] std::size_t block_tokens() const noexcept { return cfg_.block_tokens; }
+  [[nodiscard]] std::size_t n_blocks() const noexcept { return cfg_.n_blocks; }
+  [[nodiscard]] std::size_t free_blocks() const noexcept { return n_free_; }
+  [[nodiscard]] std::size_t used_blocks() const noexcept { return cfg_.n_blocks - n_free_; }
+  /// Bytes of one block (all layers, K and V).
+  [[nodiscard]] std::size_t block_bytes() const noexcept { return 2 * block_elems_ * sizeof(T); }
+  /// Bytes of the pool's K/V storage (what it holds from its memory resource for pages).
+  [[nodiscard]] std::size_t bytes_reserved() const noexcept { return k_.bytes() + v_.bytes(); }
+  /// Bytes of the blocks currently referenced by some sequence.
+  [[nodiscard]] std::size_t bytes_in_use() const noexcept { return used_blocks() * block_bytes(); }
+  /// Bytes occupied by stored positions: Σ over live sequences of their positions (max over layers),
+  /// counting a shared position once per sequence that sees it (so it can exceed bytes_in_use()).
+  [[nodiscard]] std::size_t bytes_used() const noexcept {
+    std::size_t n = 0;
+    for (const auto& s : seqs_)
+      if (s.live) n += *std::max_element(s.len.begin(), s.len.end());
+    return n * block_bytes() / cfg_.block_tokens;
+  }
+
+  // ---- sequences --------------------------------------------------------------------------------
+  /// A new, empty sequence (no tokens declared).
+  [[nodiscard]] SeqId add_sequence() { return new_slot(); }
+
+  /// Result of `admit`.
+  struct Admission {
+    SeqId seq;          ///< the new sequence
+    PrefixMatch match;  ///< match.cached_tokens positions are already filled: prefill prompt[cached …]
+  };
+
+  /// A new sequence for `prompt`: declares its tokens and reuses the longest chain of cached full
+  /// blocks (at most (prompt.size() − 1) / B of them, so the last prompt token is always computed and
+  /// yields logits). Allocates no block, so it cannot run out of pool. Updates `prefix_stats()`.
+  [[nodiscard]] Admission admit(std::span<const Token> prompt) {
+    const SeqId id = new_slot();
+    Seq& s = seqs_[id];
+    const std::size_t B = cfg_.block_tokens;
+    PrefixMatch m;
+    m.usable_blocks = prompt.empty() ? 0 : (prompt.size() - 1) / B;
+    m.stop = m.usable_blocks == 0 ? PrefixMiss::too_short : PrefixMiss::none;
+    std::uint64_t h = kRootHash;
+    std::vector<BlockId> hits;
+    if (cfg_.prefix_caching) {
+      for (std::size_t i = 0; i < m.usable_blocks; ++i) {
+        const auto toks = prompt.subspan(i * B, B);
+        const std::uint64_t hi = block_hash(h, toks);
+        const BlockId b = index_.find(hi);
+        if (b == PrefixIndex::kNone || !same_block(b, h, toks)) {
+          m.stop = b == PrefixIndex::kNone && index_.was_evicted(hi) ? PrefixMiss::evicted : PrefixMiss::differs;
+          break;
+        }
+        hits.push_back(b);
+        h = hi;
+      }
+    } else if (m.usable_blocks > 0) {
+      m.stop = PrefixMiss::differs;
+    }
+    s.table.reserve(hits.size());
+    for (const BlockId b : hits) {
+      if (ref_[b] == 0) unlink_free(b);
+      ++ref_[b];
+      s.table.push_back(b);
+    }
+    m.blocks_hit = hits.size();
+    m.cached_tokens = hits.size() * B;
+    std::fill(s.len.begin(), s.len.end(), m.cached_tokens);
+    s.registered = hits.size();
+    declare_tokens(id, prompt);
+    stats_.count(m);
+    return {id, m};
+  }
+
+  /// Records tokens at the end of the sequence's known tokens (prompt, then sampled tokens). Only
+  /// blocks whose tokens are known can be registered for prefix sharing.
+  void declare_tokens(SeqId id, std::span<const Token> tokens) {
+    Seq& s = live(id);
+    const std::size_t B = cfg_.block_tokens;
+    s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+    while ((s.hashes.size() + 1) * B <= s.tokens.size()) {
+      const std::size_t i = s.hashes.size();
+      const std::uint64_t parent = i == 0 ? kRootHash : s.hashes[i - 1];
+      s.hashes.push_back(block_hash(parent, std::span<const Token>(s.tokens).subspan(i * B, B)));
+    }
+    register_full_blocks(s);
+  }
+
+  /// A new sequence sharing every block of `id` (counts + 1, no copy; O(blocks)).
+  [[nodiscard]] SeqId fork(SeqId id) {
+    live(id);
+    const SeqId c = new_slot();
+    Seq& src = seqs_[id];  // new_slot may have reallocated seqs_
+    Seq& dst = seqs_[c];
+    dst.table = src.table;
+    dst.len = src.len;
+    dst.tokens = src.tokens;
+    dst.hashes = src.hashes;
+    dst.registered = src.registered;
+    for (const BlockId b : dst.table) ++ref_[b];
+    return c;
+  }
+
+  /// Ends a sequence: every block's count drops by one; blocks reaching zero return to the free list.
+  void release(SeqId id) {
+    Seq& s = live(id);
+    for (const BlockId b : s.table) unref(b);
+    s = Seq{};
+    s.len.assign(cfg_.n_layers, 0);
+    free_slots_.push_back(id);
+  }
+
+  /// Rolls every layer of the sequence back to n positions (and its known tokens to ≤ n).
+  void truncate(SeqId id, std::size_t n) {
+    Seq& s = live(id);
+    require(n <= *std::min_element(s.len.begin(), s.len.end()), "kv::PagedPool::truncate: n = ", n,
+            " exceeds the sequence length ", *std::min_element(s.len.begin(), s.len.end()));
+    for (auto& l : s.len) l = n;
+    shrink(s);
+  }
+
+  /// Rolls one layer back to n positions (n ≤ its size, else `shape_error`).
+  void truncate(SeqId id, std::size_t layer, std::size_t n) {
+    Seq& s = live(id);
+    check_layer(layer);
+    require(n <= s.len[layer], "kv::PagedPool::truncate: n = ", n, " exceeds size ", s.len[layer], " of layer ", layer);
+    s.len[layer] = n;
+    shrink(s);
+  }
+
+  /// Appends n_new tokens of one layer given as rows [n_new, n_kv_heads, head_dim]. Copies shared
+  /// blocks it writes into (copy-on-write) and takes new blocks from the free list. Throws
+  /// `shape_error` for mismatched spans and `capacity_error` when the pool has too few free blocks;
+  /// in both cases nothing changed.
+  void append(SeqId id, std::size_t layer, std::span<const float> k, std::span<const float> v) {
+    Seq& s = live(id);
+    check_layer(layer);
+    const std::size_t d = cfg_.head_dim, H = cfg_.n_kv_heads, B = cfg_.block_tokens;
+    const std::size_t row = H * d;
+    require(k.size() == v.size(), "kv::PagedPool::append: k has ", k.size(), " floats but v has ", v.size());
+    require(k.size() % row == 0, "kv::PagedPool::append: expected a multiple of n_kv_heads*head_dim = ", row,
+            " floats, got ", k.size());
+    const std::size_t n_new = k.size() / row;
+    if (n_new == 0) return;
+    const std::size_t p0 = s.len[layer], p1 = p0 + n_new;
+    const std::size_t first = p0 / B, last = (p1 - 1) / B;  // logical blocks written
+    // Count what this append needs before changing anything.
+    std::size_t need = 0;
+    for (std::size_t i = first; i <= last; ++i) need += (i >= s.table.size() || ref_[s.table[i]] > 1) ? 1 : 0;
+    require<capacity_error>(need <= n_free_, "kv::PagedPool::append: ", n_new, " tokens need ", need,
+                            " free blocks, the pool has ", n_free_, " of ", cfg_.n_blocks);
+    if (s.table.capacity() < last + 1)  // the only allocation (amortised); may throw before any change
+      s.table.reserve(std::max(last + 1, 2 * s.table.capacity()));
+    for (std::size_t i = first; i <= last; ++i) {
+      if (i >= s.table.size()) {
+        s.table.push_back(take_free());
+      } else {
+        s.table[i] = writable(s.table[i]);
+      }
+    }
+    for (std::size_t p = p0; p < p1; ++p) {
+      const BlockId b = s.table[p / B];
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::size_t dst = offset(b, layer, h) + (p % B) * d;
+        const std::size_t src = (p - p0) * row + h * d;
+        simd::from_float<T>(k.data() + src, k_.data() + dst, d);
+        simd::from_float<T>(v.data() + src, v_.data() + dst, d);
+      }
+    }
+    s.len[layer] = p1;
+    register_full_blocks(s);
+  }
+
+  /// Calls f(DenseBlock<T>) for each block of KV head h of (sequence, layer), in position order;
+  /// pos0 = i·B. The views point into the pool (valid until the next mutation).
+  template <class F>
+  void for_each_block(SeqId id, std::size_t layer, std::size_t h, F&& f) const {
+    const Seq& s = seqs_[id];
+    BARATO_ASSERT(s.live && layer < cfg_.n_layers && h < cfg_.n_kv_heads);
+    const std::size_t B = cfg_.block_tokens, n = s.len[layer];
+    for (std::size_t i = 0; i * B < n; ++i) {
+      const std::size_t off = offset(s.table[i], layer, h);
+      f(DenseBlock<T>{k_.data() + off, v_.data() + off, std::min(B, n - i * B), cfg_.head_dim, i * B});
+    }
+  }
+
+  /// The view of one (sequence, layer): what a model's layer holds. Valid while the sequence lives.
+  [[nodiscard]] PagedView<T> view(SeqId id, std::size_t layer) {
+    live(id);
+    check_layer(layer);
+    return PagedView<T>(*this, id, layer);
+  }
+
+  // ---- introspection (tests, tutorials) ---------------------------------------------------------
+  [[nodiscard]] bool is_live(SeqId id) const noexcept { return id < seqs_.size() && seqs_[id].live; }
+  [[nodiscard]] std::size_t size(SeqId id, std::size_t layer) const { return live(id).len[layer]; }
+  [[nodiscard]] std::span<const BlockId> block_table(SeqId id) const { return live(id).table; }
+  [[nodiscard]] std::span<const Token> tokens(SeqId id) const { return live(id).tokens; }
+  [[nodiscard]] std::uint32_t refcount(BlockId b) const { return ref_.at(b); }
+  /// True when block b holds registered (shareable) prefix content.
+  [[nodiscard]] bool is_cached(BlockId b) const { return hashed_.at(b) != 0; }
+  /// The free list in allocation order (O(n_blocks); allocates).
+  [[nodiscard]] std::vector<BlockId> free_list() const {
+    std::vector<BlockId> out;
+    for (BlockId b = next_[sentinel()]; b != sentinel(); b = next_[b]) out.push_back(b);
+    return out;
+  }
+  [[nodiscard]] const PrefixCacheStats& prefix_stats() const noexcept { return stats_; }
+  [[nodiscard]] std::size_t cached_blocks() const noexcept { return index_.size(); }
+  /// Key / value row (layer, head, position) of a sequence: a view into the pool's page.
+  [[nodiscard]] std::span<const T> key(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
+    return {k_.data() + row_offset(id, layer, h, pos), cfg_.head_dim};
+  }
+  [[nodiscard]] std::span<const T> value(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
+    return {v_.data() + row_offset(id, layer, h, pos), cfg_.head_dim};
+  }
+
+ private:
+  struct Seq {
+    bool live = false;
+    std::vector<BlockId> table;        // logical block → physical block
+    std::vector<std::size_t> len;      // [n_layers] positions stored per layer
+    std::vector<Token> tokens;         // known tokens (prompt + declared)
+    std::vector<std::uint64_t> hashes;  // prefix hash of each full block of `tokens`
+    std::size_t registered = 0;        // leading blocks already offered to the index
+  };
+
+  static const PagedConfig& checked(const PagedConfig& c) {
+    require(c.n_layers > 0 && c.n_kv_heads > 0 && c.head_dim > 0 && c.block_tokens > 0 && c.n_blocks > 0,
+            "kv::PagedPool: n_layers, n_kv_heads, head_dim, block_tokens and n_blocks must be > 0, got ", c.n_layers, ", ",
+            c.n_kv_heads, ", ", c.head_dim, ", ", c.block_tokens, ", ", c.n_blocks);
+    require(c.n_blocks < kNoBlock, "kv::PagedPool: n_blocks must be < 2^32 - 1, got ", c.n_blocks);
+    return c;
+  }
+  void check_layer(std::size_t layer) const {
+    require(layer < cfg_.n_layers, "kv::PagedPool: layer ", layer, " out of range (", cfg_.n_layers, " layers)");
+  }
+  const Seq& live(SeqId id) const {
+    require(id < seqs_.size() && seqs_[id].live, "kv::PagedPool: sequence ", id, " does not exist");
+    return seqs_[id];
+  }
+  Seq& live(SeqId id) {
+    require(id < seqs_.size() && seqs_[id].live, "kv::PagedPool: sequence ", id, " does not exist");
+    return seqs_[id];
+  }
+  SeqId new_slot() {
+    SeqId id;
+    if (!free_slots_.empty()) {
+      id = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      seqs_.emplace_back();
+      id = static_cast<SeqId>(seqs_.size() - 1);
+    }
+    seqs_[id] = Seq{};
+    seqs_[id].live = true;
+    seqs_[id].len.assign(cfg_.n_layers, 0);
+    return id;
+  }
+  [[nodiscard]] std::size_t offset(BlockId b, std::size_t layer, std::size_t h) const noexcept {
+    return b * block_elems_ + (layer * cfg_.n_kv_heads + h) * cfg_.block_tokens * cfg_.head_dim;
+  }
+  [[nodiscard]] std::size_t row_offset(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
+    const Seq& s = live(id);
+    require(layer < cfg_.n_layers && h < cfg_.n_kv_heads && pos < s.len[layer], "kv::PagedPool: (layer ", layer,
+            ", head ", h, ", pos ", pos, ") out of range");
+    return offset(s.table[pos / cfg_.block_tokens], layer, h) + (pos % cfg_.block_tokens) * cfg_.head_dim;
+  }
+  [[nodiscard]] bool same_block(BlockId b, std::uint64_t parent, std::span<const Token> toks) const noexcept {
+    return hashed_[b] != 0 && parent_[b] == parent &&
+           std::equal(toks.begin(), toks.end(), tok_.begin() + static_cast<std::ptrdiff_t>(b * cfg_.block_tokens));
+  }
+
+  // Free list (intrusive, sentinel = n_blocks).
+  [[nodiscard]] BlockId sentinel() const noexcept { return static_cast<BlockId>(cfg_.n_blocks); }
+  void link_after(BlockId at, BlockId b) noexcept {
+    prev_[b] = at;
+    next_[b] = next_[at];
+    prev_[next_[at]] = b;
+    next_[at] = b;
+    ++n_free_;
+  }
+  void push_back_free(BlockId b) noexcept { link_after(prev_[sentinel()], b); }
+  void push_front_free(BlockId b) noexcept { link_after(sentinel(), b); }
+  void unlink_free(BlockId b) noexcept {
+    next_[prev_[b]] = next_[b];
+    prev_[next_[b]] = prev_[b];
+    --n_free_;
+  }
+  /// Pops the head of the free list (caller checked n_free_ > 0); evicts its cached content.
+  BlockId take_free() {
+    const BlockId b = next_[sentinel()];
+    BARATO_ASSERT(b != sentinel());
+    unlink_free(b);
+    if (hashed_[b] != 0) {
+      uncache(b, /*evicted=*/true);
+      ++stats_.blocks_evicted;
+    }
+    ref_[b] = 1;
+    return b;
+  }
+  void unref(BlockId b) noexcept {
+    BARATO_ASSERT(ref_[b] > 0);
+    if (--ref_[b] == 0) {
+      if (hashed_[b] != 0) push_back_free(b);  // keep cached content as long as possible
+      else push_front_free(b);
+    }
+  }
+  void uncache(BlockId b, bool evicted) {
+    index_.erase(hash_[b], evicted);
+    hashed_[b] = 0;
+  }
+  /// A block of the caller's table that it may write: copied if shared (count > 1), un-cached if its
+  /// registered content is about to change.
+  BlockId writable(BlockId b) {
+    if (ref_[b] > 1) {
+      const BlockId c = take_free();
+      std::memcpy(k_.data() + c * block_elems_, k_.data() + b * block_elems_, block_elems_ * sizeof(T));
+      std::memcpy(v_.data() + c * block_elems_, v_.data() + b * block_elems_, block_elems_ * sizeof(T));
+      --ref_[b];
+      return c;
+    }
+    if (hashed_[b] != 0) uncache(b, /*evicted=*/false);
+    return b;
+  }
+  /// Drops table entries beyond every layer's length and the known tokens beyond the shortest layer.
+  void shrink(Seq& s) {
+    const std::size_t B = cfg_.block_tokens;
+    const std::size_t lo = *std::min_element(s.len.begin(), s.len.end());
+    const std::size_t hi = *std::max_element(s.len.begin(), s.len.end());
+    const std::size_t keep = (hi + B - 1) / B;
+    while (s.table.size() > keep) {
+      unref(s.table.back());
+      s.table.pop_back();
+    }
+    if (s.tokens.size() > lo) s.tokens.resize(lo);
+    s.hashes.resize(std::min(s.hashes.size(), s.tokens.size() / B));
+    s.registered = std::min(s.registered, lo / B);
+  }
+  /// Registers blocks that are now full in every layer and whose tokens are known.
+  void register_full_blocks(Seq& s) {
+    if (!cfg_.prefix_caching) return;
+    const std::size_t B = cfg_.block_tokens;
+    const std::size_t full = std::min(*std::min_element(s.len.begin(), s.len.end()) / B, s.hashes.size());
+    for (; s.registered < full; ++s.registered) {
+      const std::size_t i = s.registered;
+      const BlockId b = s.table[i];
+      if (hashed_[b] != 0) continue;  // already shared content
+      if (!index_.insert(s.hashes[i], b)) continue;  // same prefix already cached in another block
+      hashed_[b] = 1;
+      hash_[b] = s.hashes[i];
+      parent_[b] = i == 0 ? kRootHash : s.hashes[i - 1];
+      std::copy_n(s.tokens.begin() + static_cast<std::ptrdiff_t>(i * B), B,
+                  tok_.begin() + static_cast<std::ptrdiff_t>(b * B));
+      ++stats_.blocks_registered;
+    }
+  }
+
+  PagedConfig cfg_;
+  std::size_t block_elems_;          // n_layers · n_kv_heads · B · head_dim
+  Buffer<T> k_;                      // [n_blocks, n_layers, n_kv_heads, B, head_dim]
+  Buffer<T> v_;                      // [n_blocks, n_layers, n_kv_heads, B, head_dim]
+  std::vector<std::uint32_t> ref_;   // [n_blocks] reference counts
+  std::vector<BlockId> prev_, next_;  // [n_blocks + 1] intrusive free list, sentinel last
+  std::size_t n_free_ = 0;
+  std::vector<std::uint8_t> hashed_;    // [n_blocks] block content registered in index_
+  std::vector<std::uint64_t> hash_;     // [n_blocks] its prefix hash
+  std::vector<std::uint64_t> parent_;   // [n_blocks] hash of the prefix before it
+  std::vector<Token> tok_;              // [n_blocks, B] its tokens (verified on every hit)
+  PrefixIndex index_;
+  PrefixCacheStats stats_;
+  std::vector<Seq> seqs_;
+  std::vector<SeqId> free_slots_;
+};
+
+/// One (sequence, layer) of a `PagedPool`: the per-layer cache a model holds. Satisfies
+/// `kv::CachePolicy`; a cheap handle (pointer + ids), copyable.
+template <Element T = float>
+class PagedView {
+ public:
+  using element_type = T;
+  using block_type = DenseBlock<T>;
+
+  PagedView(PagedPool<T>& pool, SeqId seq, std::size_t layer) noexcept : pool_(&pool), seq_(seq), layer_(layer) {}
+
+  [[nodiscard]] std::size_t n_kv_heads() const noexcept { return pool_->n_kv_heads(); }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return pool_->head_dim(); }
+  [[nodiscard]] std::size_t size() const { return pool_->size(seq_, layer_); }
+  /// This layer's share of the pages the sequence references.
+  [[nodiscard]] std::size_t bytes_reserved() const {
+    return pool_->block_table(seq_).size() * pool_->block_bytes() / pool_->n_layers();
+  }
+  /// This layer's stored positions.
+  [[nodiscard]] std::size_t bytes_used() const {
+    return size() * pool_->block_bytes() / (pool_->n_layers() * pool_->block_tokens());
+  }
+  /// See `PagedPool::append` (copy-on-write, capacity_error with nothing changed).
+  void append(std::span<const float> k, std::span<const float> v) { pool_->append(seq_, layer_, k, v); }
+  void truncate(std::size_t n) { pool_->truncate(seq_, layer_, n); }
+  template <class F>
+  void for_each_block(std::size_t h, F&& f) const {
+    pool_->for_each_block(seq_, layer_, h, std::forward<F>(f));
+  }
+  [[nodiscard]] SeqId sequence() const noexcept { return seq_; }
+  [[nodiscard]] std::size_t layer() const noexcept { return layer_; }
+  [[nodiscard]] PagedPool<T>& pool() const noexcept { return *pool_; }
+
+ private:
+  PagedPool<T>* pool_;
+  SeqId seq_;
+  std::size_t layer_;
+};
+
+static_assert(CachePolicy<PagedView<float>>);
+static_assert(CachePolicy<PagedView<f16>>);
+
+}  // namespace barato::kv

@@ -1,0 +1,229 @@
+// The KV cache contract, written once and run over every policy (doctest TEST_CASE_TEMPLATE):
+// append / truncate / size / bytes, typed errors that leave the cache unchanged, blocks visited in
+// position order with their true pos0, and attention over the policy equal to attention over a
+// kv::Contiguous copy of what it stores (bitwise where the policy's blocks are tile-aligned).
+#include "barato/kv/cache_policy.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "barato/attention/attend.hpp"
+#include "kv/policy_fixtures.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+
+namespace {
+
+/// What a cache stores for one head, read back through for_each_block (dequantised for quantized blocks).
+struct Stored {
+  std::vector<std::size_t> pos;   // true position of each row
+  std::vector<float> k, v;        // [rows, d]
+  std::size_t blocks = 0;
+  bool ordered = true;            // rows strictly increasing in position
+};
+
+template <Element T>
+void read_block(const kv::DenseBlock<T>& b, std::size_t d, Stored& s) {
+  for (std::size_t r = 0; r < b.n; ++r) {
+    s.pos.push_back(b.pos0 + r);
+    for (std::size_t c = 0; c < d; ++c) {
+      s.k.push_back(static_cast<float>(b.k[r * b.stride + c]));
+      s.v.push_back(static_cast<float>(b.v[r * b.stride + c]));
+    }
+  }
+}
+template <class KF, class VF>
+void read_block(const kv::QuantBlock<KF, VF>& b, std::size_t d, Stored& s) {
+  for (std::size_t r = 0; r < b.n; ++r) {
+    s.pos.push_back(b.pos0 + r);
+    for (std::size_t c = 0; c < d; ++c) {
+      s.k.push_back(b.k_scale[r] * static_cast<float>(KF::code(b.k + r * b.k_stride, c)));
+      s.v.push_back(b.v_scale[r] * static_cast<float>(VF::code(b.v + r * b.v_stride, c)));
+    }
+  }
+}
+
+template <class Cache>
+Stored stored(const Cache& c, std::size_t h) {
+  Stored s;
+  c.for_each_block(h, [&](const auto& b) {
+    if (!s.pos.empty() && b.pos0 <= s.pos.back()) s.ordered = false;
+    ++s.blocks;
+    read_block(b, c.head_dim(), s);
+  });
+  return s;
+}
+
+/// Rows of token t, head h from an input buffer [n, H, d].
+std::vector<float> head_rows(const std::vector<float>& x, std::size_t H, std::size_t d, std::size_t h,
+                             const std::vector<std::size_t>& pos) {
+  std::vector<float> out;
+  for (const std::size_t p : pos)
+    for (std::size_t c = 0; c < d; ++c) out.push_back(x[(p * H + h) * d + c]);
+  return out;
+}
+
+/// A contiguous fp32 cache holding exactly the rows `cache` stores (same order), for attention comparisons.
+template <class Cache>
+kv::Contiguous<float> contiguous_copy(const Cache& cache) {
+  const std::size_t H = cache.n_kv_heads(), d = cache.head_dim();
+  std::vector<Stored> heads;
+  for (std::size_t h = 0; h < H; ++h) heads.push_back(stored(cache, h));
+  const std::size_t n = heads[0].pos.size();
+  kv::Contiguous<float> out(H, d, n + 1);
+  std::vector<float> k(n * H * d), v(n * H * d);
+  for (std::size_t h = 0; h < H; ++h)
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t c = 0; c < d; ++c) {
+        k[(r * H + h) * d + c] = heads[h].k[r * d + c];
+        v[(r * H + h) * d + c] = heads[h].v[r * d + c];
+      }
+  out.append(k, v);
+  return out;
+}
+
+constexpr std::size_t kHeads = 2, kDim = 40, kCap = 96;  // d = 40: a vector part and a scalar tail
+
+}  // namespace
+
+#define BARATO_POLICIES                                                                                          \
+  test::ContiguousFixture, test::GrowableFixture<16>, test::GrowableFixture<7>, test::PagedFixture<16>,          \
+      test::PagedFixture<8>, test::PagedFixture<32>, test::WindowFixture<200, 0>, test::WindowFixture<150, 4>, \
+      test::QuantizedFixture<kv::Int8, kv::Int8>, test::QuantizedFixture<kv::Int4, kv::Int4>,                   \
+      test::QuantizedFixture<kv::Int8, kv::Int4>
+
+TEST_CASE_TEMPLATE("cache contract: append, read back, truncate, bytes", F, BARATO_POLICIES) {
+  static_assert(kv::CachePolicy<typename F::Cache>);
+  CAPTURE(F::kName);
+  F fx(kHeads, kDim, kCap);
+  auto& c = fx.cache();
+  CHECK(c.size() == 0);
+  CHECK(c.n_kv_heads() == kHeads);
+  CHECK(c.head_dim() == kDim);
+  CHECK(stored(c, 0).blocks == 0);
+  CHECK(c.bytes_used() == 0);
+
+  const std::size_t n = 90;
+  const auto k = test::random_vector(n * kHeads * kDim, 11);
+  const auto v = test::random_vector(n * kHeads * kDim, 12);
+  std::size_t done = 0;
+  for (std::size_t chunk : {1, 3, 17, 1, 30, 38}) {
+    const std::size_t a = done * kHeads * kDim, b = (done + chunk) * kHeads * kDim;
+    c.append(std::span<const float>(k).subspan(a, b - a), std::span<const float>(v).subspan(a, b - a));
+    done += chunk;
+    CHECK(c.size() == done);
+  }
+  REQUIRE(done == n);
+  CHECK(c.bytes_used() == n * F::token_bytes(kHeads, kDim));
+  CHECK(c.bytes_reserved() >= c.bytes_used());
+
+  for (std::size_t h = 0; h < kHeads; ++h) {
+    const Stored s = stored(c, h);
+    CHECK(s.ordered);
+    REQUIRE(s.pos.size() == n);  // every policy under test keeps ≥ 90 positions
+    for (std::size_t i = 0; i < n; ++i) CHECK(s.pos[i] == i);
+    const auto kr = head_rows(k, kHeads, kDim, h, s.pos), vr = head_rows(v, kHeads, kDim, h, s.pos);
+    double worst = 0;
+    for (std::size_t i = 0; i < kr.size(); ++i) {
+      worst = std::max(worst, std::abs(double(s.k[i]) - kr[i]) - F::element_error(1.0));
+      worst = std::max(worst, std::abs(double(s.v[i]) - vr[i]) - F::element_error(1.0));
+    }
+    CHECK(worst <= 0.0);
+  }
+
+  // truncate (rollback) and re-append different content
+  c.truncate(50);
+  CHECK(c.size() == 50);
+  CHECK(stored(c, 1).pos.size() == 50);
+  CHECK(c.bytes_used() == 50 * F::token_bytes(kHeads, kDim));
+  const auto k2 = test::random_vector(5 * kHeads * kDim, 13), v2 = test::random_vector(5 * kHeads * kDim, 14);
+  c.append(k2, v2);
+  CHECK(c.size() == 55);
+  const Stored s = stored(c, 1);
+  REQUIRE(s.pos.size() == 55);
+  CHECK(std::abs(s.k[52 * kDim + 3] - k2[(2 * kHeads + 1) * kDim + 3]) <= F::element_error(1.0));
+  CHECK_THROWS_AS(c.truncate(56), shape_error);
+  c.truncate(0);
+  CHECK(c.size() == 0);
+  CHECK(stored(c, 0).blocks == 0);
+}
+
+TEST_CASE_TEMPLATE("cache contract: bad input and capacity errors leave the cache unchanged", F, BARATO_POLICIES) {
+  CAPTURE(F::kName);
+  F fx(kHeads, kDim, kCap);
+  auto& c = fx.cache();
+  const auto k = test::random_vector(40 * kHeads * kDim, 21), v = test::random_vector(40 * kHeads * kDim, 22);
+  c.append(k, v);
+  const Stored before = stored(c, 1);
+  const std::size_t used = c.bytes_used(), reserved = c.bytes_reserved();
+  auto unchanged = [&] {
+    const Stored now = stored(c, 1);
+    CHECK(c.size() == 40);
+    CHECK(now.pos == before.pos);
+    CHECK(now.k == before.k);
+    CHECK(now.v == before.v);
+    CHECK(c.bytes_used() == used);
+    CHECK(c.bytes_reserved() == reserved);
+  };
+  CHECK_THROWS_AS(c.append(std::span<const float>(k).first(kDim * kHeads), std::span<const float>(v).first(kDim)),
+                  shape_error);
+  unchanged();
+  CHECK_THROWS_AS(c.append(std::span<const float>(k).first(kDim + 1), std::span<const float>(v).first(kDim + 1)),
+                  shape_error);
+  unchanged();
+  if constexpr (F::kBounded) {
+    const auto big = test::random_vector(60 * kHeads * kDim, 23);
+    CHECK_THROWS_AS(c.append(big, big), capacity_error);  // 40 + 60 > 96
+    unchanged();
+  }
+}
+
+TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention over a contiguous copy", F,
+                   BARATO_POLICIES) {
+  CAPTURE(F::kName);
+  const std::size_t hq = 6, n = 87;
+  const attention::Heads heads{.n_q = hq, .n_kv = kHeads, .head_dim = kDim};
+  F fx(kHeads, kDim, kCap);
+  auto& c = fx.cache();
+  const auto k = test::random_vector(n * kHeads * kDim, 31), v = test::random_vector(n * kHeads * kDim, 32);
+  const std::size_t prompt = 60;
+  c.append(std::span<const float>(k).first(prompt * kHeads * kDim), std::span<const float>(v).first(prompt * kHeads * kDim));
+  // prefill check: 60 queries at positions 0..59 over the policy vs over its contiguous copy
+  {
+    const auto q = test::random_vector(prompt * hq * kDim, 33, -2.f, 2.f);
+    std::vector<float> a(q.size()), b(q.size());
+    std::vector<attention::PartialStats> st(prompt * hq);
+    attention::attend(q, 0, c, heads, a, st);
+    const auto copy = contiguous_copy(c);
+    attention::attend(q, 0, copy, heads, b, st);
+    if constexpr (F::kExactAttention) CHECK(a == b);
+    else CHECK(test::max_rel_diff(a, b) <= test::kFp32RelTol);
+  }
+  // decode steps, one token at a time
+  for (std::size_t t = prompt; t < n; ++t) {
+    const std::size_t off = t * kHeads * kDim;
+    c.append(std::span<const float>(k).subspan(off, kHeads * kDim), std::span<const float>(v).subspan(off, kHeads * kDim));
+    const auto q = test::random_vector(hq * kDim, 100 + static_cast<unsigned>(t), -2.f, 2.f);
+    std::vector<float> a(q.size()), b(q.size());
+    attention::decode(q, c, heads, a);
+    const auto copy = contiguous_copy(c);
+    attention::decode(q, copy, heads, b);
+    if constexpr (F::kExactAttention) CHECK(a == b);
+    else CHECK(test::max_rel_diff(a, b) <= test::kFp32RelTol);
+    // and against the unquantised fp32 rows (the policy's storage error, within its named tolerance)
+    if (F::attn_tol() > 1e-4) {
+      const Stored s = stored(c, 0);
+      std::vector<float> kk, vv;
+      for (const std::size_t p : s.pos)
+        for (std::size_t i = 0; i < kHeads * kDim; ++i) {
+          kk.push_back(k[p * kHeads * kDim + i]);
+          vv.push_back(v[p * kHeads * kDim + i]);
+        }
+      const auto ref = test::attention_ref(q, kk, vv, hq, kHeads, kDim, s.pos.size() - 1, 1.0 / std::sqrt(double(kDim)));
+      CHECK(test::max_rel_diff(a, ref) <= F::attn_tol());
+    }
+  }
+}

@@ -1,0 +1,368 @@
+#include "barato/kv/paged.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "barato/attention/attend.hpp"
+#include "barato/kv/contiguous.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+using kv::SeqId;
+
+namespace {
+
+// K/V rows in these tests are a function of (layer, position, the tokens up to and including that
+// position, head, column) — as in a real model — so a reused prefix block must hold exactly what
+// recomputation would write, and every stored element can be checked against its definition.
+std::uint64_t prefix_key(const std::vector<Token>& toks, std::size_t pos) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (std::size_t i = 0; i <= pos; ++i) h = (h ^ static_cast<std::uint32_t>(toks[i])) * 1099511628211ULL;
+  return h;
+}
+float element(std::uint64_t key, std::size_t layer, std::size_t head, std::size_t c, bool value) {
+  std::uint64_t x = key ^ (layer * 0x9E3779B97F4A7C15ULL) ^ (head << 40) ^ (c << 20) ^ (value ? 0xABCDEFULL : 0);
+  x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 29;
+  return static_cast<float>(static_cast<double>(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+struct Shape {
+  std::size_t L = 2, H = 2, d = 16, B = 16;
+};
+
+/// Rows [n, H, d] of positions [p0, p1) for one layer.
+void rows_for(const std::vector<Token>& toks, std::size_t layer, std::size_t p0, std::size_t p1, const Shape& s,
+              std::vector<float>& k, std::vector<float>& v) {
+  k.clear();
+  v.clear();
+  for (std::size_t p = p0; p < p1; ++p) {
+    const std::uint64_t key = prefix_key(toks, p);
+    for (std::size_t h = 0; h < s.H; ++h)
+      for (std::size_t c = 0; c < s.d; ++c) {
+        k.push_back(element(key, layer, h, c, false));
+        v.push_back(element(key, layer, h, c, true));
+      }
+  }
+}
+
+/// Appends positions [size, toks.size()) of every layer (the "model prefill").
+void fill(kv::PagedPool<float>& pool, SeqId id, const std::vector<Token>& toks, const Shape& s) {
+  std::vector<float> k, v;
+  for (std::size_t l = 0; l < s.L; ++l) {
+    rows_for(toks, l, pool.size(id, l), toks.size(), s, k, v);
+    pool.append(id, l, k, v);
+  }
+}
+
+struct Snapshot {
+  std::vector<std::vector<std::uint32_t>> tables;
+  std::vector<std::size_t> sizes;
+  std::vector<std::uint32_t> refs;
+  std::vector<std::uint32_t> free;
+  bool operator==(const Snapshot&) const = default;
+};
+Snapshot snapshot(const kv::PagedPool<float>& pool, const std::vector<SeqId>& ids) {
+  Snapshot s;
+  for (const SeqId id : ids) {
+    const auto t = pool.block_table(id);
+    s.tables.emplace_back(t.begin(), t.end());
+    for (std::size_t l = 0; l < pool.n_layers(); ++l) s.sizes.push_back(pool.size(id, l));
+  }
+  for (std::uint32_t b = 0; b < pool.n_blocks(); ++b) s.refs.push_back(pool.refcount(b));
+  s.free = pool.free_list();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("paged: fork shares blocks, append into a shared partial block copies it, release frees") {
+  const Shape s;
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 8});
+  std::vector<Token> a(40);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<Token>(i % 7);
+  const SeqId x = pool.add_sequence();
+  pool.declare_tokens(x, a);
+  fill(pool, x, a, s);
+  CHECK(pool.used_blocks() == 3);
+  const SeqId y = pool.fork(x);
+  CHECK(pool.used_blocks() == 3);
+  for (const auto b : pool.block_table(x)) CHECK(pool.refcount(b) == 2);
+  CHECK(std::equal(pool.block_table(x).begin(), pool.block_table(x).end(), pool.block_table(y).begin()));
+
+  // y appends one token: block 2 (8 of 16 rows filled) is shared → copied; blocks 0, 1 stay shared.
+  std::vector<Token> b = a;
+  b.push_back(99);
+  pool.declare_tokens(y, std::span<const Token>(b).last(1));
+  fill(pool, y, b, s);
+  CHECK(pool.used_blocks() == 4);
+  CHECK(pool.block_table(x)[2] != pool.block_table(y)[2]);
+  CHECK(pool.block_table(x)[1] == pool.block_table(y)[1]);
+  CHECK(pool.refcount(pool.block_table(x)[2]) == 1);
+  CHECK(pool.refcount(pool.block_table(x)[0]) == 2);
+  // x still sees its own rows; y sees the copy plus its new row.
+  CHECK(pool.key(x, 1, 1, 39)[3] == element(prefix_key(a, 39), 1, 1, 3, false));
+  CHECK(pool.key(y, 1, 1, 39)[3] == element(prefix_key(b, 39), 1, 1, 3, false));
+  CHECK(pool.value(y, 0, 0, 40)[5] == element(prefix_key(b, 40), 0, 0, 5, true));
+  CHECK(pool.size(x, 0) == 40);
+
+  pool.release(x);
+  CHECK(pool.used_blocks() == 3);  // x's private block 2 returned
+  pool.release(y);
+  CHECK(pool.used_blocks() == 0);
+  CHECK(pool.free_blocks() == 8);
+  CHECK_THROWS_AS(pool.release(y), shape_error);
+}
+
+TEST_CASE("paged: pool exhaustion throws capacity_error and leaves every sequence and the pool unchanged") {
+  const Shape s;
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 5});
+  std::vector<Token> a(30, 3), b(35, 4);
+  const SeqId x = pool.admit(a).seq;
+  fill(pool, x, a, s);
+  const SeqId y = pool.admit(b).seq;
+  fill(pool, y, b, s);  // 2 + 3 blocks: the pool is full
+  CHECK(pool.free_blocks() == 0);
+  const SeqId z = pool.fork(x);
+  const std::vector<SeqId> ids{x, y, z};
+  const Snapshot before = snapshot(pool, ids);
+  std::vector<float> k, v;
+  std::vector<Token> a2 = a;
+  a2.push_back(5);
+  rows_for(a2, 0, 30, 31, s, k, v);
+  CHECK_THROWS_AS(pool.append(z, 0, k, v), capacity_error);  // needs a copy of the shared partial block
+  CHECK(snapshot(pool, ids) == before);
+  a2.resize(33, 6);
+  rows_for(a2, 1, 30, 33, s, k, v);
+  CHECK_THROWS_AS(pool.append(x, 1, k, v), capacity_error);  // copy + one new block
+  CHECK(snapshot(pool, ids) == before);
+  pool.release(y);
+  pool.append(z, 0, std::span<const float>(k).first(s.H * s.d), std::span<const float>(v).first(s.H * s.d));
+  CHECK(pool.size(z, 0) == 31);
+}
+
+TEST_CASE("paged: automatic prefix sharing reuses cached blocks and reports why lookups stop") {
+  const Shape s;
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 12});
+  std::vector<Token> sys(40);
+  for (std::size_t i = 0; i < sys.size(); ++i) sys[i] = static_cast<Token>(100 + i);
+  auto prompt = [&](Token tail, std::size_t n_tail) {
+    auto p = sys;
+    for (std::size_t i = 0; i < n_tail; ++i) p.push_back(tail);
+    return p;
+  };
+  const auto p1 = prompt(1, 5);
+  auto ad1 = pool.admit(p1);
+  CHECK(ad1.match.cached_tokens == 0);
+  CHECK(ad1.match.stop == kv::PrefixMiss::differs);
+  fill(pool, ad1.seq, p1, s);
+  CHECK(pool.cached_blocks() == 2);  // blocks 0, 1 are full in both layers
+
+  const auto p2 = prompt(2, 9);
+  auto ad2 = pool.admit(p2);
+  CHECK(ad2.match.cached_tokens == 32);
+  CHECK(ad2.match.blocks_hit == 2);
+  CHECK(ad2.match.stop == kv::PrefixMiss::differs);  // block 2 differs (tail tokens)
+  CHECK(pool.block_table(ad2.seq)[0] == pool.block_table(ad1.seq)[0]);
+  CHECK(pool.refcount(pool.block_table(ad1.seq)[1]) == 2);
+  fill(pool, ad2.seq, p2, s);  // the model prefills only positions 32..48
+  for (std::size_t p = 0; p < p2.size(); ++p)
+    CHECK(pool.key(ad2.seq, 1, 0, p)[7] == element(prefix_key(p2, p), 1, 0, 7, false));
+
+  // a prompt of exactly 2 blocks can reuse only 1 (the last token must be computed)
+  const std::vector<Token> p3(sys.begin(), sys.begin() + 32);
+  auto ad3 = pool.admit(p3);
+  CHECK(ad3.match.cached_tokens == 16);
+  CHECK(ad3.match.stop == kv::PrefixMiss::none);
+  // shorter than one block
+  auto ad4 = pool.admit(std::vector<Token>(10, 7));
+  CHECK(ad4.match.stop == kv::PrefixMiss::too_short);
+
+  // release everything; cached blocks stay reusable until the allocator reclaims them
+  for (SeqId id : {ad1.seq, ad2.seq, ad3.seq, ad4.seq}) pool.release(id);
+  CHECK(pool.used_blocks() == 0);
+  auto ad5 = pool.admit(p2);
+  CHECK(ad5.match.blocks_hit == 3);  // p2's own third block was registered too
+  pool.release(ad5.seq);
+  // fill the whole pool with unrelated content: every cached block is evicted
+  std::vector<Token> other(12 * 16, 9);
+  const SeqId o = pool.admit(other).seq;
+  fill(pool, o, other, s);
+  pool.release(o);
+  auto ad6 = pool.admit(p2);
+  CHECK(ad6.match.cached_tokens == 0);
+  CHECK(ad6.match.stop == kv::PrefixMiss::evicted);
+
+  const auto& st = pool.prefix_stats();
+  CHECK(st.lookups == 7);
+  CHECK(st.blocks_hit == 2 + 1 + 3);
+  CHECK(st.tokens_saved == 16 * (2 + 1 + 3));
+  CHECK(st.miss_too_short == 1);
+  CHECK(st.miss_evicted == 1);
+  CHECK(st.miss_differs == 3);
+  CHECK(st.stop_full == 2);
+  CHECK(st.blocks_evicted >= 3);
+}
+
+TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention reads the pages in place") {
+  static_assert(kv::CachePolicy<kv::PagedView<float>>);
+  const Shape s{.L = 3, .H = 2, .d = 32, .B = 16};
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 20});
+  std::vector<Token> t(77);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i * 31 % 11);
+  const SeqId id = pool.admit(t).seq;
+  fill(pool, id, t, s);
+  const auto view = pool.view(id, 2);
+  std::size_t blocks = 0;
+  view.for_each_block(1, [&](const kv::DenseBlock<float>& b) {
+    CHECK(b.pos0 == blocks * s.B);
+    CHECK(b.k == pool.key(id, 2, 1, b.pos0).data());  // a pointer into the pool: no gather copy
+    ++blocks;
+  });
+  CHECK(blocks == 5);
+  CHECK(view.bytes_used() == 77 * 2 * s.H * s.d * sizeof(float));
+  CHECK(view.bytes_reserved() == 5 * s.B * 2 * s.H * s.d * sizeof(float));
+}
+
+TEST_CASE("paged property test: random append / fork / release / truncate / prefix-hit against a reference model") {
+  for (const std::size_t B : {16, 32}) {
+    CAPTURE(B);
+    const Shape s{.L = 2, .H = 2, .d = 16, .B = B};
+    const std::size_t n_blocks = 640 / B;
+    kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = B, .n_blocks = n_blocks});
+    std::map<SeqId, std::vector<Token>> ref;  // the reference model: live sequences and their tokens
+    std::mt19937 rng(static_cast<unsigned>(1234 + B));
+    const std::vector<Token> sys = [] {
+      std::vector<Token> v(70);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<Token>(i % 5);
+      return v;
+    }();
+    auto pick = [&]() {
+      auto it = ref.begin();
+      std::advance(it, static_cast<long>(rng() % ref.size()));
+      return it->first;
+    };
+    std::size_t capacity_errors = 0, ops = 0;
+    const attention::Heads heads{.n_q = 4, .n_kv = s.H, .head_dim = s.d};
+
+    for (int step = 0; step < 700; ++step) {
+      const unsigned op = rng() % 100;
+      std::vector<SeqId> ids;
+      for (const auto& [id, _] : ref) ids.push_back(id);
+      if (op < 20 || ref.empty()) {  // admit a prompt (often sharing the system prompt: prefix hits)
+        std::vector<Token> p;
+        const unsigned kind = rng() % 3;
+        if (kind != 0) p.assign(sys.begin(), sys.begin() + static_cast<long>(rng() % sys.size() + 1));
+        const std::size_t tail = rng() % 40;
+        for (std::size_t i = 0; i < tail; ++i) p.push_back(static_cast<Token>(rng() % 4));
+        if (p.empty()) p.push_back(1);
+        const auto ad = pool.admit(p);
+        CHECK(ad.match.cached_tokens % B == 0);
+        CHECK(ad.match.cached_tokens <= (p.size() - 1) / B * B);
+        const Snapshot before = snapshot(pool, {ad.seq});
+        try {
+          fill(pool, ad.seq, p, s);
+          ref[ad.seq] = p;
+        } catch (const capacity_error&) {
+          ++capacity_errors;
+          // a failed layer append changed nothing, but earlier layers may have appended: drop the request
+          pool.release(ad.seq);
+          (void)before;
+        }
+      } else if (op < 60) {  // decode one token
+        const SeqId id = pick();
+        auto toks = ref[id];
+        toks.push_back(static_cast<Token>(rng() % 4));
+        const Snapshot before = snapshot(pool, ids);
+        std::vector<float> k, v;
+        rows_for(toks, 0, toks.size() - 1, toks.size(), s, k, v);
+        try {
+          pool.append(id, 0, k, v);
+        } catch (const capacity_error&) {
+          ++capacity_errors;
+          CHECK(snapshot(pool, ids) == before);
+          pool.release(id);  // preempt the request (as a scheduler would)
+          ref.erase(id);
+          continue;
+        }
+        pool.declare_tokens(id, std::span<const Token>(toks).last(1));
+        for (std::size_t l = 1; l < s.L; ++l) {
+          rows_for(toks, l, toks.size() - 1, toks.size(), s, k, v);
+          pool.append(id, l, k, v);  // layer 0 already took the block: never fails
+        }
+        ref[id] = toks;
+      } else if (op < 72) {
+        const SeqId id = pick();
+        ref[pool.fork(id)] = ref[id];
+      } else if (op < 84) {
+        const SeqId id = pick();
+        pool.release(id);
+        ref.erase(id);
+      } else {
+        const SeqId id = pick();
+        const std::size_t n = rng() % (ref[id].size() + 1);
+        pool.truncate(id, n);
+        ref[id].resize(n);
+      }
+      ++ops;
+
+      // ---- invariants: contents, refcounts, free list, attention ----
+      std::vector<std::uint32_t> count(n_blocks, 0);
+      for (const auto& [id, toks] : ref) {
+        REQUIRE(pool.is_live(id));
+        const auto table = pool.block_table(id);
+        CHECK(table.size() == (toks.size() + B - 1) / B);
+        for (const auto b : table) ++count[b];
+        for (std::size_t l = 0; l < s.L; ++l) {
+          REQUIRE(pool.size(id, l) == toks.size());
+          for (std::size_t p = 0; p < toks.size(); ++p) {
+            const std::uint64_t key = prefix_key(toks, p);
+            for (std::size_t h = 0; h < s.H; ++h)
+              for (std::size_t c = 0; c < s.d; c += 5) {
+                if (pool.key(id, l, h, p)[c] != element(key, l, h, c, false) ||
+                    pool.value(id, l, h, p)[c] != element(key, l, h, c, true)) {
+                  FAIL("content mismatch: seq ", id, " layer ", l, " pos ", p);
+                }
+              }
+          }
+        }
+      }
+      for (std::uint32_t b = 0; b < n_blocks; ++b) REQUIRE(pool.refcount(b) == count[b]);
+      const auto fl = pool.free_list();
+      CHECK(fl.size() == pool.free_blocks());
+      CHECK(std::set<std::uint32_t>(fl.begin(), fl.end()).size() == fl.size());
+      for (const auto b : fl) CHECK(count[b] == 0);
+      CHECK(fl.size() + static_cast<std::size_t>(std::count_if(count.begin(), count.end(), [](auto c) { return c > 0; })) ==
+            n_blocks);
+
+      if (!ref.empty()) {
+        const SeqId id = pick();
+        const auto& toks = ref[id];
+        if (!toks.empty()) {
+          const std::size_t l = rng() % s.L;
+          std::vector<float> k, v;
+          rows_for(toks, l, 0, toks.size(), s, k, v);
+          kv::Contiguous<float> copy(s.H, s.d, toks.size());
+          copy.append(k, v);
+          const auto q = test::random_vector(heads.q_dim(), static_cast<unsigned>(step), -2.f, 2.f);
+          std::vector<float> a(q.size()), b(q.size());
+          attention::decode(q, pool.view(id, l), heads, a);
+          attention::decode(q, copy, heads, b);
+          CHECK(a == b);
+        }
+      }
+    }
+    const auto& st = pool.prefix_stats();
+    MESSAGE("B=", B, ": ops ", ops, ", capacity errors ", capacity_errors, ", lookups ", st.lookups, ", blocks hit ",
+            st.blocks_hit, ", evicted ", st.blocks_evicted, ", miss differs/evicted/short ", st.miss_differs, "/",
+            st.miss_evicted, "/", st.miss_too_short);
+    CHECK(st.blocks_hit > 0);
+    CHECK(capacity_errors > 0);
+    CHECK(st.blocks_evicted > 0);
+  }
+}

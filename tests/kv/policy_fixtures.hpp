@@ -1,0 +1,108 @@
+#pragma once
+// Fixtures that build every KV cache policy behind one interface, for the contract suite
+// (tests/kv/cache_policy_test.cpp) and the example-model policy test. Each fixture owns whatever the
+// policy needs (a pool for paged views) and states the policy's facts the contract checks:
+// bytes per token, whether it can be full, whether attention over it is bitwise equal to a
+// contiguous copy (true when its blocks start at multiples of the kernel's tile of float lanes),
+// and the per-element storage error bound.
+
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <optional>
+
+#include "barato/kv/contiguous.hpp"
+#include "barato/kv/growable.hpp"
+#include "barato/kv/paged.hpp"
+#include "barato/kv/quantized.hpp"
+#include "barato/kv/sliding_window.hpp"
+#include "barato/simd/arch.hpp"
+
+namespace barato::test {
+
+/// Relative error bound of attention over a quantized cache vs the same cache in fp32, on the
+/// contract suite's uniform [-1, 1) data (int8: max code error s/2 with s = absmax/127; int4: s/2 with /7).
+inline constexpr double kInt8AttnRelTol = 2e-2;
+inline constexpr double kInt4AttnRelTol = 2.5e-1;
+
+struct ContiguousFixture {
+  using Cache = kv::Contiguous<float>;
+  static constexpr const char* kName = "contiguous";
+  static constexpr bool kBounded = true;
+  static constexpr bool kExactAttention = true;
+  Cache c;
+  ContiguousFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, cap) {}
+  Cache& cache() { return c; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
+  static double element_error(double /*absmax*/) { return 0.0; }
+  static double attn_tol() { return 0.0; }
+};
+
+template <std::size_t Chunk>
+struct GrowableFixture {
+  using Cache = kv::Growable<float>;
+  static constexpr const char* kName = "growable";
+  static constexpr bool kBounded = true;
+  static constexpr bool kExactAttention = Chunk % simd::kFloatLanes<> == 0;
+  Cache c;
+  GrowableFixture(std::size_t h, std::size_t d, std::size_t cap)
+      : c(kv::GrowableConfig{.n_kv_heads = h, .head_dim = d, .chunk_tokens = Chunk, .max_tokens = cap}) {}
+  Cache& cache() { return c; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
+  static double element_error(double) { return 0.0; }
+  static double attn_tol() { return kExactAttention ? 0.0 : 1e-5; }
+};
+
+template <std::size_t Block>
+struct PagedFixture {
+  using Cache = kv::PagedView<float>;
+  static constexpr const char* kName = "paged";
+  static constexpr bool kBounded = true;
+  static constexpr bool kExactAttention = Block % simd::kFloatLanes<> == 0;
+  std::unique_ptr<kv::PagedPool<float>> pool;
+  std::optional<Cache> view;
+  // Two layers, so the view is one layer of a multi-layer pool; layer 1 is the one under test.
+  PagedFixture(std::size_t h, std::size_t d, std::size_t cap)
+      : pool(std::make_unique<kv::PagedPool<float>>(kv::PagedConfig{
+            .n_layers = 2, .n_kv_heads = h, .head_dim = d, .block_tokens = Block, .n_blocks = (cap + Block - 1) / Block})) {
+    view.emplace(pool->view(pool->add_sequence(), 1));
+  }
+  Cache& cache() { return *view; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
+  static double element_error(double) { return 0.0; }
+  static double attn_tol() { return kExactAttention ? 0.0 : 1e-5; }
+};
+
+template <std::size_t Window, std::size_t Sinks>
+struct WindowFixture {
+  using Cache = kv::SlidingWindow<float>;
+  static constexpr const char* kName = "window";
+  static constexpr bool kBounded = false;  // never full: it evicts
+  static constexpr bool kExactAttention = false;
+  Cache c;
+  WindowFixture(std::size_t h, std::size_t d, std::size_t /*cap*/) : c(h, d, Window, Sinks) {}
+  Cache& cache() { return c; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
+  static double element_error(double) { return 0.0; }
+  static double attn_tol() { return 1e-5; }
+};
+
+template <class KF, class VF>
+struct QuantizedFixture {
+  using Cache = kv::Quantized<KF, VF>;
+  static constexpr const char* kName = "quantized";
+  static constexpr bool kBounded = true;
+  static constexpr bool kExactAttention = false;
+  Cache c;
+  QuantizedFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, cap) {}
+  Cache& cache() { return c; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return Cache::bytes_per_token(h, d); }
+  // Half a quantisation step of the coarser of the two formats (+ float rounding).
+  static double element_error(double absmax) {
+    const int mc = KF::kMaxCode < VF::kMaxCode ? KF::kMaxCode : VF::kMaxCode;
+    return 0.5 * absmax / mc * (1 + 1e-5) + 1e-7;
+  }
+  static double attn_tol() { return (KF::kBits == 4 || VF::kBits == 4) ? kInt4AttnRelTol : kInt8AttnRelTol; }
+};
+
+}  // namespace barato::test
