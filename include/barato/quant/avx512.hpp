@@ -1,0 +1,106 @@
+#pragma once
+/// \file
+/// AVX-512 specializations of `quant::RowKernel` — the isolated intrinsics kernels for what xsimd 8.1
+/// cannot express (byte → int32 widening, a 16-entry in-register lookup table), selected by the arch
+/// type (`simd::kHasAvx512bw<Arch>`) and compiled only when the translation unit enables AVX-512 BW.
+/// The portable kernel (quant/row_kernel.hpp) is their reference in the tests.
+///
+///  - 8-bit codes: 16 int8 weights per step widened to int32 (`vpmovsxbd`), converted (`vcvtdq2ps`)
+///    and multiply-added with x; four independent accumulators; per-group scales applied to the
+///    group's partial sum vector, masked loads for the tail of a group.
+///  - 4-bit codes (AbsMax b ≤ 4 and NF4) whose group is a whole row or a multiple of 16: the 16
+///    levels of the current group, pre-multiplied by its scale, sit in one register; 64 bytes of the
+///    interleaved layout (quant/format.hpp) are shifted right by 4 bits eight times and each shift
+///    indexes the table with `vpermps` (only the low 4 bits of each index are used), giving the 16
+///    dequantized weights of 16 consecutive columns (the T-MAC / QLoRA "codebook in a register" idea).
+///    The row's tail (cols % 128 codes) is done in scalar code.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "barato/quant/format.hpp"
+#include "barato/quant/quantized_matrix.hpp"
+#include "barato/quant/row_kernel.hpp"
+#include "barato/simd/arch.hpp"
+
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+
+namespace barato::quant {
+
+/// 8-bit codes (AbsMax with 5–8 bits), any granularity.
+template <class Arch, Format F>
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 8)
+struct RowKernel<Arch, F> {
+  static constexpr const char* kName = "avx512-int8";
+
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const float* x) noexcept {
+    using G = typename F::granularity;
+    const auto* w = reinterpret_cast<const std::int8_t*>(v.row(r));
+    const auto* sc = v.row_scales(r);
+    const std::size_t n = v.cols;
+    const std::size_t seg = G::kGroup != 0 ? G::kGroup : n;
+    __m512 total[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (std::size_t c0 = 0, j = 0; c0 < n; c0 += seg, ++j) {
+      const std::size_t c1 = c0 + seg < n ? c0 + seg : n;
+      __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      std::size_t c = c0;
+      for (; c + 64 <= c1; c += 64) {
+        for (int i = 0; i < 4; ++i) a[i] = _mm512_fmadd_ps(widen(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), a[i]);
+      }
+      for (int i = 0; c + 16 <= c1; c += 16, ++i) a[i & 3] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[i & 3]);
+      if (c < c1) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (c1 - c)) - 1u);
+        const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
+        a[3] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + c), a[3]);
+      }
+      const __m512 s = _mm512_set1_ps(static_cast<float>(sc[G::kGroup != 0 ? j : 0]));
+      total[j & 1] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])), s, total[j & 1]);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(total[0], total[1]));
+  }
+
+ private:
+  static __m512 widen(const std::int8_t* p) noexcept {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+};
+
+/// 4-bit codes (AbsMax with 3–4 bits, NF4) with a whole-row scale or groups that are a multiple of 16.
+template <class Arch, Format F>
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && F::granularity::kGroup % 16 == 0)
+struct RowKernel<Arch, F> {
+  static constexpr const char* kName = "avx512-lut16";
+
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const float* x) noexcept {
+    using P = CodePacking<4>;
+    constexpr std::size_t kG = F::granularity::kGroup;
+    alignas(64) float lev[16];
+    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+    const __m512 base = _mm512_load_ps(lev);
+    const std::uint8_t* row = v.row(r);
+    const auto* sc = v.row_scales(r);
+    const std::size_t n = v.cols, full = n / P::kChunk * P::kChunk;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[0])));
+    for (std::size_t c0 = 0; c0 < full; c0 += P::kChunk) {
+      __m512i words = _mm512_loadu_si512(row + c0 / 2);  // 16 words × 8 codes
+      for (std::size_t k = 0; k < 8; ++k) {
+        const std::size_t c = c0 + 16 * k;
+        if constexpr (kG != 0) {
+          if (c % kG == 0) lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[c / kG])));
+        }
+        const __m512 wv = _mm512_permutexvar_ps(words, lut);  // uses the low 4 bits of each word
+        acc[k & 3] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + c), acc[k & 3]);
+        words = _mm512_srli_epi32(words, 4);
+      }
+    }
+    float total = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (std::size_t c = full; c < n; ++c) total += F::level(P::get(row, c, n)) * v.scale(r, c) * x[c];
+    return total;
+  }
+};
+
+}  // namespace barato::quant
+
+#endif  // __AVX512BW__

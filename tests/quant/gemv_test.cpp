@@ -1,0 +1,94 @@
+#include "barato/quant/gemv.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "barato/quant/absmax.hpp"
+#include "barato/quant/nf4.hpp"
+#include "quant/reference.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+using namespace barato::quant;
+namespace ref = barato::test::quant_ref;
+
+namespace {
+
+/// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix.
+template <class Arch, class F>
+void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
+  CAPTURE(rows);
+  CAPTURE(cols);
+  const std::string_view kernel = RowKernel<Arch, F>::kName;
+  CAPTURE(kernel);
+  auto w = ref::normal_vector(rows * cols, seed, 0.05f);
+  w[cols + 3] = 1.0f;
+  const QuantizedMatrix<F> m(rows, cols, w);
+  std::vector<float> w_hat(rows * cols);
+  m.dequantize(w_hat);
+  const std::size_t n = 3;
+  const auto x = barato::test::random_vector(n * cols, seed + 1, -2.0f, 2.0f);
+  std::vector<float> y(rows), yb(n * rows), y2(rows);
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto expect = ref::matvec(w_hat, rows, cols, x.data() + t * cols);
+    const auto scale = ref::abs_matvec(w_hat, rows, cols, x.data() + t * cols);
+    gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y, 1);
+    gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y2, 2);
+    for (std::size_t r = 0; r < rows; ++r) {
+      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30));
+      REQUIRE(y2[r] == y[r]);  // identical for any thread count
+    }
+  }
+  gemv_batch<Arch>(m.view(), x, yb, n, 2);
+  for (std::size_t r = 0; r < rows; ++r) {
+    gemv<Arch>(m.view(), std::span<const float>(x.data() + (n - 1) * cols, cols), y, 1);
+    REQUIRE(yb[(n - 1) * rows + r] == y[r]);  // batch row = single product
+  }
+}
+
+template <class Arch, class F>
+void check_shapes() {
+  check_kernel<Arch, F>(40, 512, 11);   // full 128-chunks
+  check_kernel<Arch, F>(17, 172, 12);   // ragged: stories260K's w2 width
+  check_kernel<Arch, F>(5, 61, 13);     // odd width, no full chunk
+  check_kernel<Arch, F>(300, 896, 14);  // enough rows for two threads
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format (default arch kernels)", F,
+                   Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
+                   Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
+                   AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
+  check_shapes<simd::DefaultArch, F>();
+}
+
+#if XSIMD_WITH_AVX2
+TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double reference", F, Int8PerRow<>,
+                   AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>) {
+  static_assert(std::string_view(RowKernel<xsimd::avx2, F>::kName) == "xsimd");
+  check_shapes<xsimd::avx2, F>();
+}
+#endif
+
+TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them") {
+  if constexpr (simd::kHasAvx512bw<simd::DefaultArch>) {
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8PerRow<>>::kName) == "avx512-int8");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == "avx512-lut16");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == "avx512-lut16");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<4, PerGroup<40>>>::kName) == "xsimd");
+  }
+}
+
+TEST_CASE("gemv rejects mismatched sizes") {
+  const auto w = ref::normal_vector(4 * 8, 1);
+  const QuantizedMatrix<Int8PerRow<>> m(4, 8, w);
+  std::vector<float> x(7), y(4), y5(5), x8(8);
+  CHECK_THROWS_AS(gemv(m.view(), x, y), shape_error);
+  CHECK_THROWS_AS(gemv(m.view(), x8, y5), shape_error);
+  std::vector<float> xb(16), yb(8);
+  CHECK_THROWS_AS(gemv_batch(m.view(), xb, yb, 3), shape_error);
+}
