@@ -1,0 +1,95 @@
+#include "barato/attention/fixed_dim_kernel.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "barato/attention/partial.hpp"
+#include "barato/kv/block.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+using attention::PartialStats;
+
+namespace {
+
+constexpr double kKernelRelTol = 1e-5;  // fp32 kernel vs double reference fold
+
+/// Reference: fold rows [r0, r1) of a dense block into (o, st) by the definition, in double.
+/// Both the kernel's and this state are normalised before comparing, and m is compared directly.
+template <Element T>
+void fold_ref(const float* q, std::size_t g, std::size_t d, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
+              std::size_t r1, std::vector<double>& o, std::vector<double>& m, std::vector<double>& l) {
+  for (std::size_t h = 0; h < g; ++h) {
+    std::vector<double> s;
+    for (std::size_t r = r0; r < r1; ++r) {
+      double acc = 0;
+      for (std::size_t c = 0; c < d; ++c) acc += double(q[h * d + c]) * double(static_cast<float>(blk.k[r * blk.stride + c]));
+      s.push_back(acc * scale);
+    }
+    double mn = m[h];
+    for (double x : s) mn = std::max(mn, x);
+    const double a = std::isinf(m[h]) ? 0.0 : std::exp(m[h] - mn);
+    l[h] *= a;
+    for (std::size_t c = 0; c < d; ++c) o[h * d + c] *= a;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const double e = std::exp(s[i] - mn);
+      l[h] += e;
+      for (std::size_t c = 0; c < d; ++c) o[h * d + c] += e * double(static_cast<float>(blk.v[(r0 + i) * blk.stride + c]));
+    }
+    m[h] = mn;
+  }
+}
+
+template <std::size_t D, Element T>
+void check_fixed(std::size_t g, std::size_t n, std::size_t stride, unsigned seed) {
+  CAPTURE(D); CAPTURE(g); CAPTURE(n); CAPTURE(stride);
+  std::vector<T> k(n * stride), v(n * stride);
+  const auto kf = test::random_vector(n * stride, seed), vf = test::random_vector(n * stride, seed + 1);
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<T>(kf[i]);
+    v[i] = static_cast<T>(vf[i]);
+  }
+  const kv::DenseBlock<T> blk{k.data(), v.data(), n, stride, 0};
+  const auto q = test::random_vector(g * D, seed + 2, -3.f, 3.f);
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> o(g * D, 0.0f);
+  std::vector<PartialStats> st(g);
+  std::vector<double> ro(g * D, 0.0), rm(g, -INFINITY), rl(g, 0.0);
+  // several consecutive ranges, as attend / split-K / a paged walk call it
+  std::mt19937 gen(seed);
+  std::size_t r0 = 0;
+  while (r0 < n) {
+    const std::size_t r1 = std::min(n, r0 + 1 + gen() % 150);
+    attention::accumulate_fixed_dim<D>(q.data(), g, scale, blk, r0, r1, o.data(), st.data());
+    fold_ref(q.data(), g, D, scale, blk, r0, r1, ro, rm, rl);
+    r0 = r1;
+  }
+  std::vector<float> got(g * D), want(g * D);
+  for (std::size_t h = 0; h < g; ++h) {
+    CHECK(st[h].m == doctest::Approx(rm[h]).epsilon(kKernelRelTol));
+    for (std::size_t c = 0; c < D; ++c) {
+      got[h * D + c] = o[h * D + c] / st[h].l;
+      want[h * D + c] = static_cast<float>(ro[h * D + c] / rl[h]);
+    }
+  }
+  CHECK(test::max_rel_diff(got, want) <= kKernelRelTol);
+}
+
+}  // namespace
+
+TEST_CASE("fixed-dimension kernel equals the reference fold (d = 64, 128; fp32/fp16/bf16; GQA groups; strides)") {
+  for (const std::size_t n : {1, 15, 16, 17, 63, 64, 65, 500}) {
+    check_fixed<64, float>(1, n, 64, 1);
+    check_fixed<128, float>(1, n, 128, 2);
+  }
+  check_fixed<64, float>(4, 300, 96, 3);  // a padded row stride
+  check_fixed<128, float>(3, 257, 128, 4);
+  check_fixed<64, f16>(2, 200, 64, 5);
+  check_fixed<128, bf16>(2, 130, 128, 6);
+  CHECK(attention::has_fixed_dim_kernel<simd::DefaultArch>(64));
+  CHECK(attention::has_fixed_dim_kernel<simd::DefaultArch>(128));
+  CHECK_FALSE(attention::has_fixed_dim_kernel<simd::DefaultArch>(96));
+}

@@ -1,0 +1,57 @@
+#pragma once
+// Counts calls of the global operator new while a `CountAllocations` scope is active, to assert
+// that a step "allocates nothing" (memory resources only see what is given to them; this sees
+// everything else: std::vector, std::function, Eigen temporaries, ...).
+// Replaces the global operator new/delete: include it in exactly ONE translation unit of a test
+// executable (the test file itself).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+namespace barato::test {
+
+inline std::atomic<bool> g_count_allocations{false};
+inline std::atomic<std::size_t> g_allocations{0};
+
+/// While alive, every global operator new is counted; `count()` reads the number so far.
+class CountAllocations {
+ public:
+  CountAllocations() noexcept {
+    g_allocations.store(0);
+    g_count_allocations.store(true);
+  }
+  ~CountAllocations() { g_count_allocations.store(false); }
+  CountAllocations(const CountAllocations&) = delete;
+  CountAllocations& operator=(const CountAllocations&) = delete;
+  [[nodiscard]] std::size_t count() const noexcept { return g_allocations.load(); }
+};
+
+/// Out of line so the compiler does not pair the malloc/free below with new/delete expressions
+/// it inlined (GCC 12 -Wmismatched-new-delete false positive).
+[[gnu::noinline]] inline void release(void* p) noexcept { std::free(p); }
+
+}  // namespace barato::test
+
+void* operator new(std::size_t n) {
+  if (barato::test::g_count_allocations.load(std::memory_order_relaxed)) barato::test::g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (barato::test::g_count_allocations.load(std::memory_order_relaxed)) barato::test::g_allocations.fetch_add(1);
+  const std::size_t al = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
+void operator delete(void* p) noexcept { barato::test::release(p); }
+void operator delete[](void* p) noexcept { barato::test::release(p); }
+void operator delete(void* p, std::size_t) noexcept { barato::test::release(p); }
+void operator delete[](void* p, std::size_t) noexcept { barato::test::release(p); }
+void operator delete(void* p, std::align_val_t) noexcept { barato::test::release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { barato::test::release(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { barato::test::release(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { barato::test::release(p); }
