@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -16,6 +17,9 @@ using namespace barato::quant;
 namespace ref = barato::test::quant_ref;
 
 namespace {
+
+/// Largest |x16| of the VNNI kernel's fixed-point activations (quant/vnni.hpp).
+constexpr double kVnniFixedMax = 16383.0;
 
 /// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix.
 template <class Arch, class F>
@@ -37,8 +41,20 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
     const auto scale = ref::abs_matvec(w_hat, rows, cols, x.data() + t * cols);
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y, 1);
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y2, 2);
+    // The VNNI kernel rounds x to 15-bit fixed point per 128-column block: add that rounding's bound.
+    std::vector<double> fixed_point_bound(rows, 0.0);
+    if (kernel == "avx512-vnni") {
+      const float* xt = x.data() + t * cols;
+      for (std::size_t b = 0; b + 128 <= cols; b += 128) {
+        double m = 0;
+        for (std::size_t c = b; c < b + 128; ++c) m = std::max(m, std::fabs(double(xt[c])));
+        const double half_step = 0.5 * m / kVnniFixedMax * (1 + 1e-6);
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = b; c < b + 128; ++c) fixed_point_bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step;
+      }
+    }
     for (std::size_t r = 0; r < rows; ++r) {
-      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30));
+      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30) + fixed_point_bound[r]);
       REQUIRE(y2[r] == y[r]);  // identical for any thread count
     }
   }
@@ -55,6 +71,7 @@ void check_shapes() {
   check_kernel<Arch, F>(17, 172, 12);   // ragged: stories260K's w2 width
   check_kernel<Arch, F>(5, 61, 13);     // odd width, no full chunk
   check_kernel<Arch, F>(300, 896, 14);  // enough rows for two threads
+  check_kernel<Arch, F>(3, 16512, 15);  // wider than the VNNI planes: the portable fallback
 }
 
 }  // namespace
@@ -76,8 +93,11 @@ TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double refe
 
 TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them") {
   if constexpr (simd::kHasAvx512bw<simd::DefaultArch>) {
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8PerRow<>>::kName) == "avx512-int8");
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == "avx512-lut16");
+    const bool vnni = kVnniCompiled;
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8PerRow<>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == (vnni ? "avx512-vnni" : "avx512-lut16"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<32, float>>::kName) == "avx512-int8");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<32>>::kName) == "avx512-lut16");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == "avx512-lut16");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<4, PerGroup<40>>>::kName) == "xsimd");
   }

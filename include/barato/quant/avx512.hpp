@@ -30,11 +30,14 @@ namespace barato::quant {
 
 /// 8-bit codes (AbsMax with 5–8 bits), any granularity.
 template <class Arch, Format F>
-  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 8)
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 8 && !kUseVnni<Arch, F>)
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-int8";
+  using Activation = FloatActivation;
+  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
 
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const float* x) noexcept {
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    const float* x = act.x;
     using G = typename F::granularity;
     const auto* w = reinterpret_cast<const std::int8_t*>(v.row(r));
     const auto* sc = v.row_scales(r);
@@ -68,11 +71,15 @@ struct RowKernel<Arch, F> {
 
 /// 4-bit codes (AbsMax with 3–4 bits, NF4) with a whole-row scale or groups that are a multiple of 16.
 template <class Arch, Format F>
-  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && F::granularity::kGroup % 16 == 0)
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && F::granularity::kGroup % 16 == 0 &&
+           !kUseVnni<Arch, F>)
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-lut16";
+  using Activation = FloatActivation;
+  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
 
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const float* x) noexcept {
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    const float* x = act.x;
     using P = CodePacking<4>;
     constexpr std::size_t kG = F::granularity::kGroup;
     alignas(64) float lev[16];

@@ -7,8 +7,10 @@
 /// for particular instruction families are partial specializations selected by the arch type
 /// (quant/avx512.hpp: int8 widening and a 16-entry lookup table for all 4-bit formats).
 ///
-/// Every kernel computes Σ_c level(code_c) · scale_c · x_c in fp32; results of different kernels
-/// differ only by summation order and by where the scale is multiplied in.
+/// A kernel first `prepare`s the activation vector once per product (its `Activation` type: the fp32
+/// vector itself for the fp32 kernels, a fixed-point copy for the VNNI kernel), then computes
+/// `dot(view, r, activation)` for each row. The fp32 kernels compute Σ_c level(code_c) · scale_c · x_c
+/// in fp32 and differ only by summation order and by where the scale is multiplied in.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,13 +22,24 @@
 
 namespace barato::quant {
 
+/// The activation as the fp32 kernels take it: the vector itself (nothing to prepare).
+struct FloatActivation {
+  const float* x = nullptr;  // [cols]
+  std::size_t cols = 0;
+};
+
 /// Portable kernel (any xsimd arch). O(cols); allocates nothing (1 KiB of stack).
 template <class Arch, Format F>
-struct RowKernel {
+struct PortableRowKernel {
   static constexpr const char* kName = "xsimd";
+  using Activation = FloatActivation;
 
-  /// Σ_c Ŵ[r, c] · x[c], x has v.cols floats.
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const float* x) noexcept {
+  /// Binds x [cols] (no copy).
+  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
+
+  /// Σ_c Ŵ[r, c] · x[c].
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    const float* x = act.x;
     using G = typename F::granularity;
     using P = CodePacking<F::kCodeBits>;
     constexpr std::size_t kChunk = 256;
@@ -50,6 +63,26 @@ struct RowKernel {
   }
 };
 
+/// The kernel `gemv` uses for format F on Arch: the portable one unless a specialization below (or in
+/// quant/avx512.hpp, quant/vnni.hpp) serves the pair.
+template <class Arch, Format F>
+struct RowKernel : PortableRowKernel<Arch, F> {};
+
+/// True when the translation unit enables AVX-512 VNNI (and BW), so the VNNI kernel can be compiled.
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+inline constexpr bool kVnniCompiled = true;
+#else
+inline constexpr bool kVnniCompiled = false;
+#endif
+
+/// The VNNI kernel (quant/vnni.hpp) serves integer AbsMax formats in 8- or 4-bit codes whose scale
+/// group is a whole row / tensor or a multiple of 128 columns.
+template <class Arch, class F>
+inline constexpr bool kUseVnni = kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } &&
+                                 (F::kCodeBits == 8 || F::kCodeBits == 4) && F::granularity::kGroup % 128 == 0;
+
 }  // namespace barato::quant
 
-#include "barato/quant/avx512.hpp"  // arch-selected specializations
+// arch-selected specializations
+#include "barato/quant/avx512.hpp"
+#include "barato/quant/vnni.hpp"

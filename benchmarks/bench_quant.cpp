@@ -1,0 +1,249 @@
+// bench_quant: quantized GEMV (y = Ŵ x from packed weights) per scheme, against fp32 Eigen GEMV and a
+// DRAM read probe measured in the same binary, on 1 and 2 threads.
+//
+//  - BM_probe:        streaming read of a 1 GiB buffer (the bandwidth a decode step cannot beat).
+//  - BM_gemv_4096:    one 4096 × 4096 matrix per scheme (32–64 MiB in int8/fp32: partly cache-resident).
+//  - BM_decode_0_5B:  one decode step's projections of a Qwen2.5-0.5B-shaped model: 24 layers × 7
+//                     matrices (q 896×896, k 128×896, v 128×896, o 896×896, gate/up 4864×896,
+//                     down 896×4864) = 168 matrices, 357.8 M weights with random values, each matrix
+//                     a separate allocation (fp32: 1.43 GB, int8: 358 MB, int4: 185 MB ≫ 32 MiB LLC).
+//
+// Counters: weight_GBps (weight bytes streamed per second), Gweights_per_s, of_probe (weight_GBps /
+// probe bandwidth on the same thread count), bits_per_weight. JSON: --benchmark_format=json.
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "barato/core/memory.hpp"
+#include "barato/core/parallel.hpp"
+#include "barato/quant/absmax.hpp"
+#include "barato/quant/linear.hpp"
+#include "barato/quant/nf4.hpp"
+#include "barato/simd/arch.hpp"
+
+namespace {
+
+using namespace barato;
+
+// ---- model shapes ------------------------------------------------------------------------------------
+
+struct Shape {
+  std::size_t rows, cols;
+};
+/// The 7 projections of one Qwen2.5-0.5B layer (hidden 896, 2 KV heads × 64, FFN 4864).
+const std::vector<Shape> kQwen05BLayer = {{896, 896}, {128, 896}, {128, 896}, {896, 896},
+                                          {4864, 896}, {4864, 896}, {896, 4864}};
+constexpr std::size_t kQwen05BLayers = 24;
+
+/// Cheap deterministic "normal-ish" weights (sum of 4 uniforms), scaled like trained weights.
+std::vector<float> random_weights(std::size_t n, std::uint32_t seed) {
+  std::vector<float> w(n);
+  std::uint64_t s = 0x9E3779B97F4A7C15ull ^ seed;
+  for (auto& v : w) {
+    float acc = 0;
+    for (int k = 0; k < 4; ++k) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      acc += static_cast<float>(s >> 40) / static_cast<float>(1u << 24) - 0.5f;
+    }
+    v = 0.02f * acc;
+  }
+  return w;
+}
+
+// ---- DRAM read probe ---------------------------------------------------------------------------------
+
+float stream_sum(const float* x, std::size_t n) noexcept {
+  using B = simd::Batch<float>;
+  constexpr std::size_t W = B::size;
+  B a[8];
+  for (auto& b : a) b = B(0.0f);
+  std::size_t i = 0;
+  for (; i + 8 * W <= n; i += 8 * W)
+    for (std::size_t u = 0; u < 8; ++u) a[u] += B::load_unaligned(x + i + u * W);
+  float s = simd::reduce_add<float, simd::DefaultArch>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+/// Best of 5 passes over 1 GiB on `threads` threads, in bytes/s; measured once per thread count.
+double probe_bandwidth(int threads) {
+  static std::map<int, double> measured;
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  constexpr std::size_t kBytes = std::size_t{1} << 30;
+  Buffer<float> buf(kBytes / sizeof(float));
+  std::fill(buf.begin(), buf.end(), 1.0f);
+  std::vector<float> part(static_cast<std::size_t>(threads) * 16, 0.f);
+  double best = 0;
+  for (int p = 0; p < 5; ++p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel_for(
+        buf.size(), threads,
+        [&](std::size_t lo, std::size_t hi) { part[lo * static_cast<std::size_t>(threads) / buf.size() * 16] += stream_sum(buf.data() + lo, hi - lo); },
+        1 << 16);
+    best = std::max(best, double(kBytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  benchmark::DoNotOptimize(part.data());
+  measured[threads] = best;
+  return best;
+}
+
+void BM_probe(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const double bw = probe_bandwidth(threads);
+  for (auto _ : state) benchmark::DoNotOptimize(bw);
+  state.counters["probe_GBps"] = bw / 1e9;
+}
+BENCHMARK(BM_probe)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// ---- a set of matrices in one format -----------------------------------------------------------------
+
+/// fp32 dense matrix (the Eigen baseline): y = W x with a row-major Eigen map; rows split over threads.
+struct DenseF32 {
+  std::size_t r, c;
+  Buffer<float> w;
+  DenseF32(std::size_t rows, std::size_t cols, std::span<const float> v) : r(rows), c(cols), w(rows * cols) {
+    std::copy(v.begin(), v.end(), w.begin());
+  }
+  [[nodiscard]] std::size_t bytes() const { return w.bytes(); }
+  void apply(const float* x, float* y, int threads) const {
+    using M = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+    parallel_for(
+        r, threads,
+        [&](std::size_t lo, std::size_t hi) {
+          const M m(w.data() + lo * c, static_cast<Eigen::Index>(hi - lo), static_cast<Eigen::Index>(c));
+          Eigen::Map<Eigen::VectorXf>(y + lo, static_cast<Eigen::Index>(hi - lo)).noalias() =
+              m * Eigen::Map<const Eigen::VectorXf>(x, static_cast<Eigen::Index>(c));
+        },
+        16);
+  }
+};
+
+template <class F>
+struct QuantLayer {
+  quant::Linear<F> lin;
+  QuantLayer(std::size_t rows, std::size_t cols, std::span<const float> v) : lin(rows, cols, v) {}
+  explicit QuantLayer(quant::Linear<F>&& l) : lin(std::move(l)) {}
+  [[nodiscard]] std::size_t bytes() const { return lin.bytes(); }
+  void apply(const float* x, float* y, int threads) const {
+    lin.apply(std::span<const float>(x, lin.cols()), std::span<float>(y, lin.rows()), threads);
+  }
+};
+
+/// The 168 matrices of the 0.5B pass (or one 4096² matrix), built once per scheme; the previous
+/// scheme's set is freed first so at most one set lives at a time.
+template <class L>
+struct MatrixSet {
+  std::vector<std::unique_ptr<L>> mats;
+  std::vector<Shape> shapes;
+  std::size_t bytes = 0, weights = 0;
+};
+
+std::shared_ptr<void> g_current;  // the live set
+std::string g_current_key;
+
+template <class L>
+MatrixSet<L>& matrix_set(const std::string& key, const std::vector<Shape>& layer, std::size_t layers) {
+  if (g_current_key != key) {
+    g_current.reset();
+    auto set = std::make_shared<MatrixSet<L>>();
+    for (std::size_t s = 0; s < layer.size(); ++s) {
+      const auto w = random_weights(layer[s].rows * layer[s].cols, static_cast<std::uint32_t>(s + 1));
+      for (std::size_t l = 0; l < layers; ++l) {
+        // each layer quantizes a cheap perturbation of the same random matrix (distinct memory)
+        set->mats.push_back(std::make_unique<L>(layer[s].rows, layer[s].cols, w));
+        set->shapes.push_back(layer[s]);
+        set->bytes += set->mats.back()->bytes();
+        set->weights += layer[s].rows * layer[s].cols;
+      }
+    }
+    g_current = set;
+    g_current_key = key;
+  }
+  return *static_cast<MatrixSet<L>*>(g_current.get());
+}
+
+template <class L>
+void run_set(benchmark::State& state, const std::string& key, const std::vector<Shape>& layer, std::size_t layers) {
+  const int threads = static_cast<int>(state.range(0));
+  auto& set = matrix_set<L>(key, layer, layers);
+  const double probe = probe_bandwidth(threads);
+  std::size_t max_dim = 0;
+  for (const auto& s : set.shapes) max_dim = std::max({max_dim, s.rows, s.cols});
+  std::vector<float> x = random_weights(max_dim, 99), y(max_dim);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& m : set.mats) m->apply(x.data(), y.data(), threads);
+    benchmark::DoNotOptimize(y.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double it = static_cast<double>(state.iterations());
+  const double gbps = double(set.bytes) * it / seconds / 1e9;
+  state.counters["weight_GBps"] = gbps;
+  state.counters["Gweights_per_s"] = double(set.weights) * it / seconds / 1e9;
+  state.counters["of_probe"] = gbps * 1e9 / probe;
+  state.counters["bits_per_weight"] = 8.0 * double(set.bytes) / double(set.weights);
+  state.counters["ms_per_pass"] = 1e3 * seconds / it;
+  state.SetBytesProcessed(static_cast<std::int64_t>(double(set.bytes) * it));
+}
+
+template <class L>
+void BM_decode_0_5B(benchmark::State& state, const char* name) {
+  run_set<L>(state, std::string("0.5B/") + name, kQwen05BLayer, kQwen05BLayers);
+}
+template <class L>
+void BM_gemv_4096(benchmark::State& state, const char* name) {
+  run_set<L>(state, std::string("4096/") + name, {{4096, 4096}}, 1);
+}
+
+using quant::AbsMax;
+using quant::Nf4;
+using quant::PerGroup;
+using quant::PerRow;
+using quant::PerTensor;
+
+using Int8Tensor = QuantLayer<AbsMax<8, PerTensor>>;
+using Int8Row = QuantLayer<AbsMax<8, PerRow>>;
+using Int8G32 = QuantLayer<AbsMax<8, PerGroup<32>, float>>;  // llama2.c Q8_0 layout
+using Int4Tensor = QuantLayer<AbsMax<4, PerTensor>>;
+using Int4Row = QuantLayer<AbsMax<4, PerRow>>;
+using Int4G128 = QuantLayer<AbsMax<4, PerGroup<128>>>;
+using Nf4B64 = QuantLayer<Nf4<64>>;
+
+template <class L>
+void register_scheme(const char* name) {
+  benchmark::RegisterBenchmark((std::string("BM_gemv_4096/") + name).c_str(), BM_gemv_4096<L>, name)
+      ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(0.5);
+  benchmark::RegisterBenchmark((std::string("BM_decode_0_5B/") + name).c_str(), BM_decode_0_5B<L>, name)
+      ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_scheme<DenseF32>("fp32_eigen");
+  register_scheme<Int8Tensor>("int8_tensor");
+  register_scheme<Int8Row>("int8_row");
+  register_scheme<Int8G32>("int8_g32_fp32scale");
+  register_scheme<Int4Tensor>("int4_tensor");
+  register_scheme<Int4Row>("int4_row");
+  register_scheme<Int4G128>("int4_g128");
+  register_scheme<Nf4B64>("nf4");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
