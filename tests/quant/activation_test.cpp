@@ -1,0 +1,86 @@
+#include "barato/quant/activation.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "barato/core/memory.hpp"
+#include "quant/reference.hpp"
+#include "support/reference.hpp"
+
+using namespace barato;
+using namespace barato::quant;
+namespace ref = barato::test::quant_ref;
+
+namespace {
+/// Relative tolerance of y = s_r · s_x · D (exact int32 D; two fp32 multiplies).
+constexpr double kScaleProductTol = 1e-6;
+
+std::int64_t dot_ref(const QuantizedMatrix<Int8PerRow<>>& m, std::size_t r, const std::vector<std::int8_t>& x) {
+  std::int64_t s = 0;
+  for (std::size_t c = 0; c < m.cols(); ++c) s += std::int64_t{Int8PerRow<>::integer(m.code(r, c))} * x[c];
+  return s;
+}
+}  // namespace
+
+TEST_CASE("per-token activation quantization: absmax / 127, round half to even, zeros stay zeros") {
+  std::vector<float> x{0.5f, -1.27f, 0.005f, 0.015f};
+  std::vector<std::int8_t> q(4);
+  const float s = quantize_activation(x, q);
+  CHECK(s == 1.27f / 127.0f);
+  CHECK(q[1] == -127);
+  CHECK(q[0] == static_cast<std::int8_t>(std::nearbyint(0.5f / s)));
+  std::vector<float> z(5, 0.f);
+  std::vector<std::int8_t> qz(5, 3);
+  CHECK(quantize_activation(z, qz) == 0.f);
+  for (auto v : qz) CHECK(v == 0);
+  x[2] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_AS((void)quantize_activation(x, q), value_error);
+  CHECK_THROWS_AS((void)quantize_activation(x, std::span<std::int8_t>(qz)), shape_error);
+}
+
+TEST_CASE("int8 x int8 gemv: exact int32 products, every arch's Int8Dot agrees with the scalar reference") {
+  for (std::size_t cols : {std::size_t{64}, std::size_t{896}, std::size_t{1000}, std::size_t{37}}) {
+    CAPTURE(cols);
+    const std::size_t rows = 70;
+    const auto w = ref::normal_vector(rows * cols, 2, 0.1f);
+    const QuantizedMatrix<Int8PerRow<>> m(rows, cols, w);
+    const auto x = barato::test::random_vector(cols, 3, -3.f, 3.f);
+    std::vector<std::int8_t> xq(cols);
+    const float sx = quantize_activation(x, xq);
+    std::int32_t sum_x = 0;
+    for (auto v : xq) sum_x += v;
+    std::vector<float> y(rows), y2(rows);
+    gemv_w8a8(m.view(), std::span<const std::int8_t>(xq), sx, y, 1);
+    gemv_w8a8(m.view(), std::span<const std::int8_t>(xq), sx, y2, 2);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto d = dot_ref(m, r, xq);
+      CHECK(Int8Dot<simd::DefaultArch>::dot(reinterpret_cast<const std::int8_t*>(m.view().row(r)), xq.data(), cols, sum_x) == d);
+      const double expect = double(static_cast<float>(m.scales()[r])) * double(sx) * double(d);
+      CHECK(std::fabs(y[r] - expect) <= kScaleProductTol * std::fabs(expect) + 1e-30);
+      CHECK(y2[r] == y[r]);
+    }
+  }
+}
+
+TEST_CASE("W8A8Linear is a LinearLayer close to fp32 on well-behaved activations, and allocates nothing per apply") {
+  const std::size_t R = 128, C = 256;
+  const auto w = ref::normal_vector(R * C, 4, 0.05f);
+  CountingResource mr;
+  const W8A8Linear<> lin(R, C, w, &mr);
+  const auto x = barato::test::random_vector(2 * C, 5);
+  std::vector<float> y(2 * R);
+  const auto before = mr.allocations();
+  lin.apply_batch(x, y, 2, 1);
+  CHECK(mr.allocations() == before);
+  const auto exact = ref::matvec(w, R, C, x.data());
+  double num = 0, den = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    num += (y[r] - exact[r]) * (y[r] - exact[r]);
+    den += exact[r] * exact[r];
+  }
+  CHECK(std::sqrt(num / den) < 0.02);  // two 8-bit roundings: about 1 % relative error
+}
