@@ -17,7 +17,8 @@
 /// run.c rescans the whole sequence for every merge (O(n²)). Here the symbols form a linked list and
 /// the candidate merges sit in a priority queue ordered by (score desc, position asc); entries made
 /// stale by a neighbouring merge are skipped when popped (lazy invalidation), so encoding is
-/// O(n log n) and produces the same tokens (each pop is the pair run.c's scan would pick).
+/// O(n log n) and produces the same tokens (each pop is the pair run.c's scan would pick). Pair
+/// lookups use a precomputed (id, id) → id hash table instead of concatenating strings.
 
 #include <algorithm>
 #include <array>
@@ -67,6 +68,7 @@ class Tokenizer {
       lookup_.emplace(std::string_view(pieces_[i]), static_cast<Token>(i));  // the first id wins on duplicates
     }
     space_id_ = find(" ");
+    build_merge_tables();
   }
   Tokenizer(const Tokenizer&) = delete;  // lookup_ holds views into pieces_
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -98,7 +100,7 @@ class Tokenizer {
       if (bos) syms.push_back(kBos);  // run.c merges over the whole array, BOS included
       syms.push_back(space_id_);
       split_code_points(text, syms);
-      merge(syms);
+      merge_segments(syms);
       out.insert(out.end(), syms.begin(), syms.end());
     }
     if (eos) out.push_back(kEos);
@@ -119,7 +121,7 @@ class Tokenizer {
       std::size_t len = 1;
       while (i + len < n && len < 4 && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) ++len;
       const std::string_view cp = text.substr(i, len);
-      const Token id = find(cp);
+      const Token id = len == 1 ? single_byte_id_[static_cast<unsigned char>(cp[0])] : find(cp);
       if (id >= 0) {
         out.push_back(id);
       } else {
@@ -190,72 +192,192 @@ class Tokenizer {
     return static_cast<std::size_t>(id);
   }
 
-  /// Id of piece(a) + piece(b) when it is a vocabulary piece, else −1. `buf` holds 2·max_len bytes.
-  [[nodiscard]] Token pair_id(Token a, Token b, std::string& buf) const {
-    const std::string& pa = pieces_[static_cast<std::size_t>(a)];
-    const std::string& pb = pieces_[static_cast<std::size_t>(b)];
-    if (pa.size() + pb.size() > max_len_) return -1;  // no piece is that long
-    buf.assign(pa);
-    buf.append(pb);
-    return find(buf);
+  /// Id of piece(a) + piece(b) when it is a vocabulary piece, else −1 (as `find` would return).
+  /// Precomputed: every piece is split at every byte into two vocabulary pieces, and the pair of
+  /// their canonical ids (the first id of each string) maps to the piece's canonical id. An
+  /// open-addressing table keyed by the 64-bit pair replaces string concatenation and hashing.
+  [[nodiscard]] Token pair_id(Token a, Token b) const noexcept {
+    const Token ca = canonical_[static_cast<std::size_t>(a)], cb = canonical_[static_cast<std::size_t>(b)];
+    if (pieces_[static_cast<std::size_t>(ca)].empty()) return cb;  // "" + p = p
+    if (pieces_[static_cast<std::size_t>(cb)].empty()) return ca;
+    const std::uint64_t key = pair_key(ca, cb);
+    for (std::size_t h = hash_slot(key);; h = (h + 1) & table_mask_) {
+      const auto& e = table_[h];
+      if (e.id < 0) return -1;
+      if (e.key == key) return e.id;
+    }
   }
 
-  struct Candidate {
-    float score;
-    std::uint32_t left;  ///< index of the left symbol (its original position: list order = index order)
-    std::uint32_t right;
-    std::uint32_t left_version, right_version;
-    Token id;
-    /// priority_queue pops the largest: higher score first, then the smaller (leftmost) position.
-    friend bool operator<(const Candidate& x, const Candidate& y) noexcept {
-      if (x.score != y.score) return x.score < y.score;
-      return x.left > y.left;
+  static std::uint64_t pair_key(Token a, Token b) noexcept {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  }
+  [[nodiscard]] std::size_t hash_slot(std::uint64_t key) const noexcept {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> table_shift_);  // top bits (Fibonacci hashing)
+  }
+
+  void build_merge_tables() {
+    for (std::size_t b = 0; b < 256; ++b) single_byte_id_[b] = find(std::string_view(&kBytes[b], 1));
+    canonical_.resize(pieces_.size());
+    for (std::size_t i = 0; i < pieces_.size(); ++i) canonical_[i] = find(pieces_[i]);
+    std::vector<std::pair<std::uint64_t, Token>> entries;
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      if (canonical_[i] != static_cast<Token>(i)) continue;  // duplicates map like their first copy
+      const std::string_view p = pieces_[i];
+      for (std::size_t k = 1; k < p.size(); ++k) {
+        const Token a = find(p.substr(0, k)), b = find(p.substr(k));
+        if (a >= 0 && b >= 0) entries.emplace_back(pair_key(a, b), static_cast<Token>(i));
+      }
     }
+    // Merge ranks: equal scores share a rank, higher score → higher rank, 0 = never merges.
+    std::vector<float> distinct;
+    for (const float sc : scores_)
+      if (sc > kNoMergeScore) distinct.push_back(sc);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    merge_rank_.assign(scores_.size(), 0);
+    for (std::size_t i = 0; i < scores_.size(); ++i)
+      if (scores_[i] > kNoMergeScore)
+        merge_rank_[i] = 1 + static_cast<std::uint32_t>(std::lower_bound(distinct.begin(), distinct.end(), scores_[i]) -
+                                                        distinct.begin());
+    std::size_t cap = 16;
+    table_shift_ = 60;
+    while (cap < 2 * entries.size() + 1) {
+      cap *= 2;
+      --table_shift_;
+    }
+    table_.assign(cap, Slot{});
+    table_mask_ = cap - 1;
+    for (const auto& [key, id] : entries) {
+      std::size_t h = hash_slot(key);
+      while (table_[h].id >= 0 && table_[h].key != key) h = (h + 1) & table_mask_;
+      table_[h] = Slot{key, id};
+    }
+    // Hashes of every substring (≥ 2 bytes) of every piece: a boundary between two symbols whose
+    // concatenation is not among them can never be crossed by a merge.
+    std::vector<std::uint64_t> subs;
+    for (const auto& p : pieces_)
+      for (std::size_t i = 0; i < p.size(); ++i)
+        for (std::size_t len = 2; i + len <= p.size(); ++len) subs.push_back(bytes_hash(std::string_view(p).substr(i, len)));
+    std::size_t scap = 16;
+    while (scap < 2 * subs.size() + 1) scap *= 2;
+    substrings_.assign(scap, 0);
+    for (const std::uint64_t h : subs) {
+      std::size_t i = static_cast<std::size_t>(h) & (scap - 1);
+      while (substrings_[i] != 0 && substrings_[i] != h) i = (i + 1) & (scap - 1);
+      substrings_[i] = h;
+    }
+  }
+
+  /// FNV-1a over the bytes, never 0 (0 marks an empty slot).
+  static std::uint64_t bytes_hash(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ull) noexcept {
+    for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return h | 1;
+  }
+
+  /// False only when no piece contains piece(a) + piece(b): then no merge ever spans a|b. May return
+  /// true spuriously (hash collision, empty pieces), which only costs speed.
+  [[nodiscard]] bool crossable(Token a, Token b) const noexcept {
+    const std::string& pa = pieces_[static_cast<std::size_t>(a)];
+    const std::string& pb = pieces_[static_cast<std::size_t>(b)];
+    if (pa.empty() || pb.empty()) return true;
+    if (pa.size() + pb.size() > max_len_) return false;
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (const char c : pa) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    h = bytes_hash(pb, h);
+    const std::size_t mask = substrings_.size() - 1;
+    for (std::size_t i = static_cast<std::size_t>(h) & mask;; i = (i + 1) & mask) {
+      if (substrings_[i] == h) return true;
+      if (substrings_[i] == 0) return false;
+    }
+  }
+
+  /// Reused buffers of `merge`.
+  struct MergeScratch {
+    std::vector<std::uint32_t> prev, next;
+    std::vector<unsigned char> dead;
+    std::vector<std::uint64_t> heap;
   };
 
-  /// Step 4: greedy merges over a linked list of symbols with a lazily invalidated priority queue.
-  void merge(std::vector<Token>& syms) const {
+  /// Step 4 over the whole sequence: cut it at boundaries no merge can cross and merge each segment
+  /// on its own. Merges in different segments never interact and within a segment they happen in
+  /// run.c's global order, so the result equals merging the whole sequence at once — but every heap
+  /// stays small and in cache.
+  void merge_segments(std::vector<Token>& syms) const {
+    MergeScratch scratch;
+    std::size_t out = 0, start = 0;
     const std::size_t n = syms.size();
-    if (n < 2) return;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i + 1 < n && crossable(syms[i], syms[i + 1])) continue;
+      const std::size_t len = merge(syms.data() + start, i + 1 - start, scratch);
+      std::copy(syms.begin() + static_cast<std::ptrdiff_t>(start), syms.begin() + static_cast<std::ptrdiff_t>(start + len),
+                syms.begin() + static_cast<std::ptrdiff_t>(out));
+      out += len;
+      start = i + 1;
+    }
+    syms.resize(out);
+  }
+
+  /// Step 4: greedy merges over a linked list of symbols with a lazily invalidated priority queue.
+  /// A queue entry is one 64-bit key, (merge rank << 32) | (2³² − 1 − left position), so the max-heap
+  /// pops the highest score first and the leftmost pair among equal scores. An entry is checked when
+  /// popped: if the pair now starting at its position still merges at the entry's rank it is a current
+  /// pair with the highest rank of all current pairs (every current pair is in the queue), so it is
+  /// exactly the pair run.c's scan picks; otherwise it is stale and skipped.
+  /// Merges syms[0, n) in place; returns the new length.
+  std::size_t merge(Token* syms, std::size_t n, MergeScratch& sc) const {
+    if (n < 2) return n;
     barato::require<barato::value_error>(n < UINT32_MAX, "Tokenizer::encode: text too long (", n, " symbols)");
     constexpr std::uint32_t kNone = UINT32_MAX;
-    std::vector<std::uint32_t> prev(n), next(n), version(n, 0);
+    auto& prev = sc.prev;
+    auto& next = sc.next;
+    auto& dead = sc.dead;
+    prev.resize(n);
+    next.resize(n);
+    dead.assign(n, 0);
     for (std::size_t i = 0; i < n; ++i) {
       prev[i] = i == 0 ? kNone : static_cast<std::uint32_t>(i - 1);
       next[i] = i + 1 == n ? kNone : static_cast<std::uint32_t>(i + 1);
     }
-    std::vector<Candidate> heap_storage;
-    heap_storage.reserve(n);
-    std::priority_queue<Candidate> pq(std::less<Candidate>{}, std::move(heap_storage));
-    std::string buf;
-    buf.reserve(2 * max_len_ + 1);
-    const auto push = [&](std::uint32_t l, std::uint32_t r) {
-      const Token id = pair_id(syms[l], syms[r], buf);
-      if (id < 0) return;
-      const float s = scores_[static_cast<std::size_t>(id)];
-      if (!(s > kNoMergeScore)) return;
-      pq.push(Candidate{s, l, r, version[l], version[r], id});
+    const auto rank_of = [&](std::uint32_t l, std::uint32_t r) -> std::uint32_t {
+      const Token id = pair_id(syms[l], syms[r]);
+      return id < 0 ? 0 : merge_rank_[static_cast<std::size_t>(id)];
     };
-    for (std::size_t i = 0; i + 1 < n; ++i) push(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + 1));
-
-    constexpr std::uint32_t kDead = UINT32_MAX;
-    while (!pq.empty()) {
-      const Candidate c = pq.top();
-      pq.pop();
-      if (version[c.left] != c.left_version || version[c.right] != c.right_version) continue;  // stale
-      // Both symbols are unchanged since the candidate was made, so they are still alive and adjacent.
-      syms[c.left] = c.id;
-      ++version[c.left];
-      version[c.right] = kDead;  // never matches a stored version again (versions of live symbols stay small)
-      const std::uint32_t nr = next[c.right];
-      next[c.left] = nr;
-      if (nr != kNone) prev[nr] = c.left;
-      if (prev[c.left] != kNone) push(prev[c.left], c.left);
-      if (nr != kNone) push(c.left, nr);
+    const auto key = [](std::uint32_t rank, std::uint32_t l) {
+      return (static_cast<std::uint64_t>(rank) << 32) | (UINT32_MAX - l);
+    };
+    auto& heap = sc.heap;
+    heap.clear();
+    for (std::size_t i = 0; i + 1 < n; ++i)
+      if (const std::uint32_t r = rank_of(static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i + 1)); r != 0)
+        heap.push_back(key(r, static_cast<std::uint32_t>(i)));
+    std::make_heap(heap.begin(), heap.end());
+    const auto push = [&](std::uint32_t l, std::uint32_t r) {
+      if (const std::uint32_t rank = rank_of(l, r); rank != 0) {
+        heap.push_back(key(rank, l));
+        std::push_heap(heap.begin(), heap.end());
+      }
+    };
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const std::uint64_t top = heap.back();
+      heap.pop_back();
+      const auto l = static_cast<std::uint32_t>(UINT32_MAX - (top & UINT32_MAX));
+      const auto rank = static_cast<std::uint32_t>(top >> 32);
+      const std::uint32_t r = next[l];
+      if (dead[l] || r == kNone) continue;
+      const Token id = pair_id(syms[l], syms[r]);
+      if (id < 0 || merge_rank_[static_cast<std::size_t>(id)] != rank) continue;  // stale
+      syms[l] = id;
+      dead[r] = 1;
+      const std::uint32_t nr = next[r];
+      next[l] = nr;
+      if (nr != kNone) prev[nr] = l;
+      if (prev[l] != kNone) push(prev[l], l);
+      if (nr != kNone) push(l, nr);
     }
     std::size_t w = 0;
     for (std::uint32_t i = 0; i != kNone; i = next[i]) syms[w++] = syms[i];
-    syms.resize(w);
+    return w;
   }
 
   std::vector<std::string> pieces_;
@@ -263,6 +385,17 @@ class Tokenizer {
   std::size_t max_len_ = 0;
   std::unordered_map<std::string_view, Token> lookup_;
   Token space_id_ = -1;
+  std::array<Token, 256> single_byte_id_{};  // id of the 1-byte piece of each byte value, or −1
+  std::vector<Token> canonical_;             // [vocab] first id with the same piece
+  struct Slot {
+    std::uint64_t key = 0;
+    Token id = -1;  // −1: empty slot
+  };
+  std::vector<Slot> table_;  // open addressing: (canonical a, canonical b) → canonical id of a+b
+  std::size_t table_mask_ = 0;
+  int table_shift_ = 60;  // 64 − log2(table size)
+  std::vector<std::uint64_t> substrings_;  // open-addressing set of substring hashes (0 = empty)
+  std::vector<std::uint32_t> merge_rank_;  // [vocab] 1 + rank of the score among mergeable scores; 0 = never
 };
 
 /// Reads a llama2.c tokenizer file. With `vocab_size` > 0 exactly that many records are read and

@@ -1,0 +1,88 @@
+#pragma once
+/// \file
+/// Perplexity of a model over a token stream, with the protocol of barato_perplexity:
+///  1. the whole text is encoded as one string the way run.c encodes (dummy prefix, no BOS);
+///  2. the token stream is cut into consecutive windows of `window` = seq_len − 1 tokens (the last
+///     window may be shorter);
+///  3. each window is fed as BOS + window with positions restarting at 0 (the cache is emptied), so
+///     every text token is predicted from BOS and the earlier tokens of its window;
+///  4. every text token is scored: NLL = log Σ_v exp(logit_v) − logit_target (in double);
+///  5. perplexity = exp(mean NLL); bits per byte = Σ NLL / ln 2 / bytes of the text.
+/// The last token of a window is never an input (its logits would predict the next window), so a
+/// window of w tokens costs one forward pass over w positions: BOS + the first w − 1 tokens.
+/// Positions are fed in chunks through `forward` (prefill), logits [chunk, vocab] in caller scratch.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <numbers>
+#include <span>
+#include <vector>
+
+#include "barato/core/error.hpp"
+#include "barato/core/token.hpp"
+
+namespace barato_examples {
+
+using barato::Token;
+
+struct PerplexityResult {
+  std::size_t tokens = 0;      ///< scored tokens (= the text's token count)
+  std::size_t windows = 0;
+  double total_nll = 0.0;      ///< Σ NLL in nats
+  std::size_t text_bytes = 0;  ///< bytes of the text (for bits per byte; 0 if unknown)
+  [[nodiscard]] double mean_nll() const noexcept { return tokens == 0 ? 0.0 : total_nll / static_cast<double>(tokens); }
+  [[nodiscard]] double perplexity() const noexcept { return std::exp(mean_nll()); }
+  [[nodiscard]] double bits_per_byte() const noexcept {
+    return text_bytes == 0 ? 0.0 : total_nll / std::numbers::ln2 / static_cast<double>(text_bytes);
+  }
+};
+
+/// −log softmax(logits)[target], in double.
+[[nodiscard]] inline double token_nll(std::span<const float> logits, Token target) noexcept {
+  float m = logits[0];
+  for (const float x : logits) m = std::max(m, x);
+  double s = 0.0;
+  for (const float x : logits) s += std::exp(static_cast<double>(x) - m);
+  return std::log(s) + m - static_cast<double>(logits[static_cast<std::size_t>(target)]);
+}
+
+/// Scores `text` (ids without BOS) with the protocol above. `model` needs reset(), forward(tokens,
+/// logits) and vocab_size(); `scratch` holds [chunk, vocab] floats (chunk ≥ 1 rows per forward call).
+/// `progress(done_tokens, total_tokens)` is called after each window when set.
+template <class Model>
+PerplexityResult perplexity(Model& model, std::span<const Token> text, std::size_t window, std::span<float> scratch,
+                            std::size_t text_bytes = 0,
+                            const std::function<void(std::size_t, std::size_t)>& progress = {}) {
+  const std::size_t V = model.vocab_size();
+  barato::require(window > 0, "perplexity: window must be > 0");
+  barato::require(scratch.size() >= V && scratch.size() % V == 0, "perplexity: scratch must hold whole rows of vocab = ", V,
+                  " floats, got ", scratch.size());
+  const std::size_t chunk = scratch.size() / V;
+  for (const Token t : text)
+    barato::require<barato::value_error>(t >= 0 && static_cast<std::size_t>(t) < V, "perplexity: token id ", t,
+                                         " outside [0, ", V, ")");
+  PerplexityResult r;
+  r.text_bytes = text_bytes;
+  std::vector<Token> input;  // [window]: BOS + window[0 .. w−1)
+  input.reserve(window);
+  for (std::size_t w0 = 0; w0 < text.size(); w0 += window) {
+    const std::size_t w = std::min(window, text.size() - w0);
+    input.assign(1, Token{1});
+    input.insert(input.end(), text.begin() + static_cast<std::ptrdiff_t>(w0),
+                 text.begin() + static_cast<std::ptrdiff_t>(w0 + w - 1));
+    model.reset();
+    for (std::size_t c0 = 0; c0 < w; c0 += chunk) {
+      const std::size_t m = std::min(chunk, w - c0);
+      model.forward(std::span<const Token>(input).subspan(c0, m), scratch.first(m * V));
+      for (std::size_t i = 0; i < m; ++i) r.total_nll += token_nll(scratch.subspan(i * V, V), text[w0 + c0 + i]);
+    }
+    r.tokens += w;
+    ++r.windows;
+    if (progress) progress(r.tokens, text.size());
+  }
+  return r;
+}
+
+}  // namespace barato_examples

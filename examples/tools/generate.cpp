@@ -1,0 +1,148 @@
+// barato_generate: text generation with a llama2.c checkpoint through barato's example Llama decoder.
+//
+//   barato_generate --model stories260K.bin --tokenizer tok512.bin --prompt "Once upon a time" --steps 200
+//
+// The structure is meant to be extended with small edits:
+//   * `Args` + `add_flags`           — every flag (one line each);
+//   * `main`, section "Weight format" — the LinearLayer type the projections are held in;
+//   * `dispatch_cache`               — the KV cache policy, by name (`--kv`), one `if` per policy;
+//   * `run<Cache>`, section "Generation" — the generation loop (a drafter plugs in there).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory_resource>
+#include <string>
+#include <vector>
+
+#include "barato/core/memory.hpp"
+#include "barato/kv/contiguous.hpp"
+#include "models/cli.hpp"
+#include "models/generate.hpp"
+#include "models/json.hpp"
+#include "models/llama.hpp"
+#include "models/tokenizer.hpp"
+
+namespace {
+
+using namespace barato_examples;
+namespace fs = std::filesystem;
+
+/// Data directory: $BARATO_DATA_DIR, else the compile-time default (<repo>/../shared/data).
+fs::path data_dir() {
+  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
+  return BARATO_DEFAULT_DATA_DIR;
+}
+
+struct Args {
+  std::string model = (data_dir() / "stories260K/stories260K.bin").string();
+  std::string tokenizer = (data_dir() / "stories260K/tok512.bin").string();
+  std::string prompt;
+  std::size_t steps = 256;
+  float temperature = 0.0f;
+  std::uint64_t seed = 0;
+  int threads = 1;
+  bool no_cache = false;
+  bool json = false;
+  std::string kv = "contiguous";  // cache policy name, see dispatch_cache
+};
+
+void add_flags(Cli& cli, Args& a) {
+  cli.option("--model", a.model, "FILE", "llama2.c checkpoint")
+      .option("--tokenizer", a.tokenizer, "FILE", "llama2.c tokenizer file")
+      .option("--prompt", a.prompt, "TEXT", "prompt text (BOS and the dummy prefix are added as run.c does)")
+      .option("--steps", a.steps, "N", "total positions including the prompt, like run.c -n (0 or > seq_len: seq_len)")
+      .option("--temperature", a.temperature, "T", "sampling temperature; 0 = greedy")
+      .option("--seed", a.seed, "S", "sampling seed")
+      .option("--threads", a.threads, "N", "threads for matrix products and attention")
+      .flag("--no-cache", a.no_cache, "recompute the whole sequence at every step (no KV reuse)")
+      .flag("--json", a.json, "print one JSON object instead of the text")
+      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous");
+  cli.epilog(
+      "Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
+      "--json fields: prompt_ids, generated_ids, text, prefill_ms, decode_ms_per_token, kv_cache_bytes\n"
+      "(bytes reserved by the KV caches), peak_bytes (peak of all allocations: weights, caches, buffers).\n"
+      "Exit status: 0 ok, 1 runtime error (bad file, ...), 2 usage error.");
+}
+
+/// Everything `run` needs besides the weights and caches.
+struct Context {
+  const Args& args;
+  const Tokenizer& tok;
+  const std::vector<Token>& prompt_ids;
+  barato::CountingResource& mem;
+  std::size_t steps;  // clamped to seq_len
+};
+
+/// Generates with caches of type `Cache` and prints the result.
+template <barato::kv::CachePolicy Cache, class Linear>
+int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cache> caches) {
+  Llama<Cache, Linear> model(weights, std::move(caches), {.threads = cx.args.threads, .mr = &cx.mem});
+  barato::Buffer<float> logits(model.vocab_size(), &cx.mem);  // [vocab]
+
+  // ---- Generation -------------------------------------------------------------------------------
+  const GenerateOptions gopt{.steps = cx.steps, .temperature = cx.args.temperature, .seed = cx.args.seed,
+                             .use_cache = !cx.args.no_cache};
+  const GenerateResult g = generate(model, cx.prompt_ids, gopt, logits.span());
+
+  // ---- Output -----------------------------------------------------------------------------------
+  std::vector<Token> all(cx.prompt_ids);
+  all.insert(all.end(), g.generated.begin(), g.generated.end() - (g.stopped_on_bos ? 1 : 0));
+  const std::string text = cx.tok.decode_text(all);
+  if (cx.args.json) {
+    JsonObject o;
+    o.add("prompt_ids", std::span<const Token>(cx.prompt_ids))
+        .add("generated_ids", std::span<const Token>(g.generated))
+        .add("text", text)
+        .add("prefill_ms", g.prefill_ms)
+        .add("decode_ms_per_token", g.decode_ms_per_token())
+        .add("kv_cache_bytes", model.kv_bytes_reserved())
+        .add("peak_bytes", cx.mem.peak());
+    std::printf("%s\n", o.str().c_str());
+  } else {
+    std::printf("%s\n", text.c_str());
+    const double total_ms = g.prefill_ms + g.decode_ms;
+    std::fprintf(stderr, "prompt %zu tokens, generated %zu; prefill %.3f ms, decode %.4f ms/token (%.0f tok/s), total %.1f ms\n",
+                 cx.prompt_ids.size(), g.generated.size(), g.prefill_ms, g.decode_ms_per_token(),
+                 g.decode_ms_per_token() > 0 ? 1000.0 / g.decode_ms_per_token() : 0.0, total_ms);
+  }
+  return 0;
+}
+
+/// ---- KV cache policy ----------------------------------------------------------------------------
+/// One branch per `--kv` value: build one cache per layer (policies have different constructors)
+/// and instantiate `run` for that cache type.
+template <class Linear>
+int dispatch_cache(const Context& cx, const LlamaWeights<Linear>& w) {
+  const LlamaConfig& c = w.config;
+  const std::string& kv = cx.args.kv;
+  if (kv == "contiguous") return run(cx, w, make_contiguous_caches<float>(c, cx.steps, &cx.mem));
+  throw CliError("--kv: unknown cache policy '" + kv + "' (expected: contiguous)");
+}
+
+int tool_main(int argc, const char* const* argv) {
+  Args args;
+  Cli cli("barato_generate", "Generate text from a llama2.c checkpoint with barato's example Llama decoder\n"
+                             "(run.c semantics: BOS + dummy prefix, --steps counts the prompt, stop on BOS).");
+  add_flags(cli, args);
+  if (!cli.parse(argc, argv)) return 0;
+  if (args.threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(args.threads));
+  if (!(args.temperature >= 0.0f)) throw CliError("--temperature must be >= 0");
+
+  barato::CountingResource mem;
+  // ---- Weight format ------------------------------------------------------------------------------
+  // fp32 dense projections. Another format: convert_weights(dense, make_linear) and call
+  // dispatch_cache with the result (e.g. nn::AnyLinear to choose at run time).
+  const LlamaWeights<barato::nn::DenseLinear> dense = load_llama2c(args.model, &mem);
+  const Tokenizer tok = load_tokenizer(args.tokenizer, dense.config.vocab_size);
+  const std::vector<Token> prompt_ids = tok.encode(args.prompt, true);
+  std::size_t steps = args.steps;
+  if (steps == 0 || steps > dense.config.seq_len) steps = dense.config.seq_len;  // as run.c
+  const Context cx{args, tok, prompt_ids, mem, steps};
+  return dispatch_cache(cx, dense);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Cli::run_tool("barato_generate", [&] { return tool_main(argc, argv); });
+}

@@ -1,0 +1,127 @@
+// barato_perplexity: perplexity of a llama2.c checkpoint over a text file (protocol in --help and in
+// examples/models/perplexity.hpp). Windows are fed through the decoder's block prefill.
+//
+//   barato_perplexity --model stories260K.bin --tokenizer tok512.bin --text tinystories-valid-sample.txt
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "barato/core/memory.hpp"
+#include "barato/kv/contiguous.hpp"
+#include "models/cli.hpp"
+#include "models/json.hpp"
+#include "models/llama.hpp"
+#include "models/perplexity.hpp"
+#include "models/tokenizer.hpp"
+
+namespace {
+
+using namespace barato_examples;
+namespace fs = std::filesystem;
+
+fs::path data_dir() {
+  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
+  return BARATO_DEFAULT_DATA_DIR;
+}
+
+constexpr const char* kProtocol =
+    "Protocol:\n"
+    "  1. The whole file is encoded as one string the way llama2.c run.c encodes: the dummy-prefix\n"
+    "     space piece first, no BOS, UTF-8 code points with byte fallback, greedy merges by score.\n"
+    "  2. The token stream is cut into consecutive windows of seq_len - 1 tokens (the last one may be\n"
+    "     shorter).\n"
+    "  3. Each window is fed as BOS + window, positions restarting at 0 (the KV cache is emptied).\n"
+    "  4. Every text token is scored: NLL = -log softmax(logits)[token], from the logits after BOS and\n"
+    "     the window's earlier tokens.\n"
+    "  5. perplexity = exp(mean NLL); bits per byte = total NLL / ln 2 / bytes of the file.\n"
+    "Output: token count, mean NLL (nats), perplexity, bits per byte. --json prints one object with\n"
+    "tokens, mean_nll, perplexity, bits_per_byte (plus windows, bytes, seconds). Progress goes to stderr.";
+
+int tool_main(int argc, const char* const* argv) {
+  std::string model_path = (data_dir() / "stories260K/stories260K.bin").string();
+  std::string tok_path = (data_dir() / "stories260K/tok512.bin").string();
+  std::string text_path;
+  int threads = 1;
+  bool json = false, quiet = false;
+  std::size_t max_tokens = 0;
+  Cli cli("barato_perplexity", "Perplexity of a llama2.c checkpoint over a text file.");
+  cli.option("--model", model_path, "FILE", "llama2.c checkpoint")
+      .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file")
+      .option("--text", text_path, "FILE", "text file to score (required)")
+      .option("--threads", threads, "N", "threads for matrix products and attention")
+      .option("--max-tokens", max_tokens, "N", "score only the first N tokens (0 = all)")
+      .flag("--json", json, "print one JSON object")
+      .flag("--quiet", quiet, "no progress on stderr")
+      .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +
+              BARATO_DEFAULT_DATA_DIR + ").");
+  if (!cli.parse(argc, argv)) return 0;
+  if (text_path.empty()) throw CliError("--text FILE is required");
+  if (threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(threads));
+
+  const auto w = load_llama2c(model_path);
+  const Tokenizer tok = load_tokenizer(tok_path, w.config.vocab_size);
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) throw barato::io_error(text_path + ": cannot open text file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Token> ids = tok.encode(text, /*bos=*/false);
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::size_t bytes = text.size();
+  if (max_tokens != 0 && max_tokens < ids.size()) {
+    ids.resize(max_tokens);
+    bytes = tok.decode_text([&] {  // bytes covered by the kept tokens (run.c decoding, after the prefix)
+      std::vector<Token> with_bos{1};
+      with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+      return with_bos;
+    }()).size();
+  }
+  if (!quiet) std::fprintf(stderr, "encoded %zu bytes into %zu tokens in %.3f s\n", text.size(), ids.size(), encode_s);
+
+  const std::size_t window = w.config.seq_len - 1;
+  barato::require(window > 0, "barato_perplexity: seq_len must be >= 2");
+  constexpr std::size_t kChunk = 128;  // prefill chunk (rows of logits per forward call)
+  Llama<barato::kv::Contiguous<float>> model(w, make_contiguous_caches(w.config, w.config.seq_len),
+                                             {.threads = threads, .max_chunk = kChunk});
+  std::vector<float> scratch(kChunk * model.vocab_size());  // [chunk, vocab]
+  const auto t1 = std::chrono::steady_clock::now();
+  std::size_t next_report = 0;
+  const auto progress = [&](std::size_t done, std::size_t total) {
+    if (quiet || done < next_report) return;
+    next_report = done + total / 20 + 1;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    std::fprintf(stderr, "\r%zu / %zu tokens (%.0f tok/s)", done, total, s > 0 ? static_cast<double>(done) / s : 0.0);
+    std::fflush(stderr);
+  };
+  const PerplexityResult r = perplexity(model, ids, window, scratch, bytes, progress);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  if (!quiet) std::fprintf(stderr, "\rscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", r.tokens, r.windows, secs,
+                           secs > 0 ? static_cast<double>(r.tokens) / secs : 0.0);
+  if (json) {
+    JsonObject o;
+    o.add("tokens", r.tokens)
+        .add("mean_nll", r.mean_nll())
+        .add("perplexity", r.perplexity())
+        .add("bits_per_byte", r.bits_per_byte())
+        .add("windows", r.windows)
+        .add("bytes", bytes)
+        .add("seconds", secs);
+    std::printf("%s\n", o.str().c_str());
+  } else {
+    std::printf("file:          %s\ntokens:        %zu\nbytes:         %zu\nmean NLL:      %.6f nats\n"
+                "perplexity:    %.4f\nbits per byte: %.6f\n",
+                text_path.c_str(), r.tokens, bytes, r.mean_nll(), r.perplexity(), r.bits_per_byte());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Cli::run_tool("barato_perplexity", [&] { return tool_main(argc, argv); });
+}
