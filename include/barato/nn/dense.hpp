@@ -5,9 +5,10 @@
 /// weights.
 ///
 /// Kernels. A decode step is a matrix–vector product (GEMV) that reads every weight once, so its speed
-/// is the memory bandwidth: the kernel walks the rows in memory order (one sequential stream the
-/// hardware prefetchers follow), one SIMD accumulator per row, rows overlapping in the out-of-order
-/// core. `apply_batch` (prefill, batched decode) takes the rows in L2-sized blocks: one sequential pass
+/// is the memory bandwidth: for large matrices the kernel walks the rows in memory order (one
+/// sequential stream the hardware prefetchers follow), one SIMD accumulator per row; small
+/// (cache-resident) matrices interleave a SIMD-width group of rows so their FMA chains overlap. Row
+/// sums are finished 16 (one SIMD width) at a time by a transpose-add. `apply_batch` (prefill, batched decode) takes the rows in L2-sized blocks: one sequential pass
 /// brings a block in for the first `kVecTile` vectors, then `kRowTile` rows × `kVecTile` vectors
 /// register tiles reuse it for the rest, so each weight is read from memory once for all n vectors.
 /// Rows are split between threads with `barato::parallel_for` (contiguous ranges, one stream each).
@@ -52,34 +53,94 @@ inline constexpr std::size_t kVecTile = 4;
 inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 15;
 /// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
+/// Matrices up to this size are treated as cache-resident by the GEMV (rows interleaved, see gemv_rows).
+inline constexpr std::size_t kInterleaveBytes = std::size_t{1} << 19;
+
+/// Horizontal sums of `count` accumulators: sums[i] = Σ lanes of acc[i]. Reduced `W` at a time with
+/// the transpose-add `simd::reduce_add_rows` (zero-padded), whose addition tree for lane i involves
+/// only acc[i] — so every output has the same rounding whichever accumulators share its group. All
+/// Dense kernels finish through here, which keeps GEMV, batched and threaded results bit-identical.
+template <class Arch>
+inline void reduce_lanes(simd::Batch<float, Arch>* acc, std::size_t count, float* sums) noexcept {
+  using B = simd::Batch<float, Arch>;
+  constexpr std::size_t W = B::size;
+  for (std::size_t g = 0; g < count; g += W) {
+    const std::size_t m = count - g < W ? count - g : W;
+    for (std::size_t i = m; i < W; ++i) acc[g + i] = B(0.f);  // callers size acc to a multiple of W
+    alignas(64) float tmp[W];
+    simd::reduce_add_rows<Arch>(acc + g).store_aligned(tmp);
+    for (std::size_t i = 0; i < m; ++i) sums[g + i] = tmp[i];
+  }
+}
+
+/// Σ_{k ≥ k0} w[k] · x[k] added to s in index order (the part after the last full SIMD chunk).
+template <Element T>
+[[nodiscard]] inline float tail_dot(float s, const T* w, const float* x, std::size_t k0, std::size_t cols) noexcept {
+  for (std::size_t k = k0; k < cols; ++k) s += static_cast<float>(w[k]) * x[k];
+  return s;
+}
 
 /// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, N vectors of x).
-/// One accumulator per (r, j); the order of additions for one (r, j) does not depend on R or N.
+/// One accumulator per (r, j), chunks added in k order, finished by `reduce_lanes` + `tail_dot`.
 template <std::size_t R, std::size_t N, class Arch, Element T>
 inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x_stride, float* out,
                      std::size_t out_stride) noexcept {
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
-  B acc[R][N];
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t j = 0; j < N; ++j) acc[r][j] = B(0.f);
-  std::size_t k = 0;
-  for (; k + W <= cols; k += W) {
+  constexpr std::size_t kAcc = (R * N + W - 1) / W * W;
+  B acc[kAcc];  // [R, N] (+ padding)
+  for (std::size_t i = 0; i < R * N; ++i) acc[i] = B(0.f);
+  const std::size_t kfull = cols / W * W;
+  for (std::size_t k = 0; k < kfull; k += W) {
     B xv[N];
     for (std::size_t j = 0; j < N; ++j) xv[j] = B::load_unaligned(x + j * x_stride + k);
     for (std::size_t r = 0; r < R; ++r) {
       const B wv = simd::load_as_float<Arch>(w + r * cols + k);
-      for (std::size_t j = 0; j < N; ++j) acc[r][j] = xsimd::fma(wv, xv[j], acc[r][j]);
+      for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = xsimd::fma(wv, xv[j], acc[r * N + j]);
     }
   }
-  for (std::size_t r = 0; r < R; ++r) {
-    for (std::size_t j = 0; j < N; ++j) {
-      float s = simd::reduce_add<float, Arch>(acc[r][j]);
-      const T* wr = w + r * cols;
-      const float* xj = x + j * x_stride;
-      for (std::size_t kk = k; kk < cols; ++kk) s += static_cast<float>(wr[kk]) * xj[kk];
-      out[r * out_stride + j] = s;
+  float sums[R * N];
+  reduce_lanes<Arch>(acc, R * N, sums);
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::size_t j = 0; j < N; ++j)
+      out[r * out_stride + j] = tail_dot(sums[r * N + j], w + r * cols, x + j * x_stride, kfull, cols);
+}
+
+/// GEMV over rows [lo, hi): y[r] = W[r] · x. Rows are taken `W` (SIMD width) at a time. When the
+/// matrix is small (likely cache-resident) the group's rows are interleaved chunk by chunk — `W`
+/// independent FMA chains and x loaded once; otherwise each row is streamed whole before the next, so
+/// the weights are read in memory order (one sequential stream for the prefetchers). Both orders add
+/// each row's chunks in k order, so results are identical.
+template <class Arch, Element T>
+inline void gemv_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t lo, std::size_t hi,
+                      bool interleave) noexcept {
+  using B = simd::Batch<float, Arch>;
+  constexpr std::size_t W = B::size;
+  const std::size_t kfull = cols / W * W;
+  for (std::size_t g = lo; g < hi; g += W) {
+    const std::size_t m = hi - g < W ? hi - g : W;
+    const T* wg = w + g * cols;
+    B acc[W];
+    if (interleave && m == W) {
+      for (std::size_t i = 0; i < W; ++i) acc[i] = B(0.f);
+      for (std::size_t k = 0; k < kfull; k += W) {
+        const B xv = B::load_unaligned(x + k);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16
+#endif
+        for (std::size_t i = 0; i < W; ++i) acc[i] = xsimd::fma(simd::load_as_float<Arch>(wg + i * cols + k), xv, acc[i]);
+      }
+    } else {
+      for (std::size_t i = 0; i < m; ++i) {
+        B a(0.f);
+        const T* wr = wg + i * cols;
+        for (std::size_t k = 0; k < kfull; k += W) a = xsimd::fma(simd::load_as_float<Arch>(wr + k), B::load_unaligned(x + k), a);
+        acc[i] = a;
+      }
     }
+    float sums[W];
+    reduce_lanes<Arch>(acc, m, sums);
+    for (std::size_t i = 0; i < m; ++i) y[g + i] = tail_dot(sums[i], wg + i * cols, x, kfull, cols);
   }
 }
 
@@ -179,6 +240,10 @@ class Dense {
   void rows_range(const float* x, float* y, std::size_t n, std::size_t lo, std::size_t hi) const noexcept {
     constexpr std::size_t R = detail::kRowTile, N = detail::kVecTile;
     const std::size_t c = cols_;
+    if (n == 1) {
+      detail::gemv_rows<Arch>(w_.data(), c, x, y, lo, hi, bytes() <= detail::kInterleaveBytes);
+      return;
+    }
     const std::size_t block = n <= N ? hi - lo : std::max(R, detail::kRowBlockBytes / (c * sizeof(T)) / R * R);
     for (std::size_t r0 = lo; r0 < hi; r0 += block) {
       const std::size_t r1 = std::min(hi, r0 + block);
