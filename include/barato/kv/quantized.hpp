@@ -176,12 +176,67 @@ struct QuantRows {
   [[nodiscard]] float v_scale(std::size_t r) const noexcept { return blk.v_scale[r]; }
 };
 
+/// One tile of ≤ W rows whose codes were converted to floats once (an L1 scratch), with the
+/// original row scales: the row source the G heads of a GQA group share, so codes are unpacked once
+/// per tile instead of once per query head.
+struct StagedRows {
+  static constexpr bool kScaled = true;
+  const float* kc;   // [W, d] key codes as floats
+  const float* vc;   // [W, d] value codes as floats
+  std::size_t d;
+  const float* ks;   // [W] key scales
+  const float* vs;   // [W] value scales
+  template <class Arch>
+  [[nodiscard]] simd::Batch<float, Arch> k(std::size_t r, std::size_t c) const noexcept {
+    return simd::Batch<float, Arch>::load_aligned(kc + r * d + c);
+  }
+  template <class Arch>
+  [[nodiscard]] simd::Batch<float, Arch> v(std::size_t r, std::size_t c) const noexcept {
+    return simd::Batch<float, Arch>::load_aligned(vc + r * d + c);
+  }
+  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return kc[r * d + c]; }
+  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return vc[r * d + c]; }
+  [[nodiscard]] float k_scale(std::size_t r) const noexcept { return ks[r]; }
+  [[nodiscard]] float v_scale(std::size_t r) const noexcept { return vs[r]; }
+};
+
+/// Largest head_dim whose tiles are staged for GQA (scratch 2·W·d floats on the stack).
+inline constexpr std::size_t kMaxStagedHeadDim = 256;
+
 /// Attention kernel of a quantized block (found by ADL from attention::attend): folds rows [r0, r1)
 /// into the partial states of the `g` query heads at q. Same contract as the dense `accumulate`.
+/// One query head (g = 1) reads codes directly; a GQA group (g > 1) first unpacks each tile's
+/// codes once into an L1 scratch. Both run the one tile routine, `attention::accumulate_rows`,
+/// with identical arithmetic (the results are bitwise equal).
 template <class Arch = simd::DefaultArch, KvFormat KF, KvFormat VF>
 void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const QuantBlock<KF, VF>& blk, std::size_t r0,
                 std::size_t r1, float* o, attention::PartialStats* st) noexcept {
-  attention::accumulate_rows<Arch>(q, g, d, scale, QuantRows<KF, VF>{blk}, r0, r1, o, st);
+  constexpr std::size_t W = simd::Batch<float, Arch>::size;
+  const std::size_t dp = (d + W - 1) / W * W;  // padded row of the scratch (aligned loads)
+  if (g == 1 || dp > kMaxStagedHeadDim) {
+    attention::accumulate_rows<Arch>(q, g, d, scale, QuantRows<KF, VF>{blk}, r0, r1, o, st);
+    return;
+  }
+  alignas(64) float kc[W * kMaxStagedHeadDim];
+  alignas(64) float vc[W * kMaxStagedHeadDim];
+  const std::size_t dv = d / W * W;
+  for (std::size_t r = r0; r < r1; r += W) {
+    const std::size_t nt = std::min(W, r1 - r);
+    for (std::size_t j = 0; j < nt; ++j) {
+      const std::uint8_t* kr = blk.k + (r + j) * blk.k_stride;
+      const std::uint8_t* vr = blk.v + (r + j) * blk.v_stride;
+      for (std::size_t c = 0; c < dv; c += W) {
+        load_codes<Arch, KF>(kr, c).store_aligned(kc + j * dp + c);
+        load_codes<Arch, VF>(vr, c).store_aligned(vc + j * dp + c);
+      }
+      for (std::size_t c = dv; c < d; ++c) {
+        kc[j * dp + c] = static_cast<float>(KF::code(kr, c));
+        vc[j * dp + c] = static_cast<float>(VF::code(vr, c));
+      }
+    }
+    const StagedRows rows{kc, vc, dp, blk.k_scale + r, blk.v_scale + r};
+    attention::accumulate_rows<Arch>(q, g, d, scale, rows, 0, nt, o, st);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -1,0 +1,218 @@
+// bench_kv: one decode-attention step (attention::decode of the newest query over the whole cache)
+// on each KV cache policy, against kv::Contiguous<float> measured in the same process.
+//
+//   contiguous   kv::Contiguous<float>                         — the baseline (one block per head)
+//   paged/B      kv::PagedView<float> of a kv::PagedPool, B ∈ {8, 16, 32} tokens per block; the
+//                sequence's blocks are interleaved with a second sequence's in the pool, so pages are
+//                scattered as in a serving engine (attention walks the block table, no gather)
+//   int8 / int4 / k8v4   kv::Quantized<Int8>, <Int4>, <Int8, Int4> — codes + one fp32 scale per token
+//                per head, dequantised inside the kernel
+//
+// Shapes (named): mha_d64 = 4 query heads over 4 KV heads of d = 64; gqa_qwen05b = 14 query heads
+// over 2 KV heads of d = 64 (Qwen2.5-0.5B's attention). n ∈ {256, 1024, 4096, 16384}. One thread.
+//
+// A decode step of a real model visits every layer's cache once, so a layer's K/V are cold (in DRAM)
+// when its attention runs. Each measured step therefore cycles over L layers whose caches together
+// exceed kColdBytes (96 MiB, 3× this machine's L3), for the policy and for the baseline alike; the
+// times reported are per layer. (A single cache re-read in a loop would sit in L3 at n = 4096 and
+// measure a regime no model decodes in.)
+//
+// Counters (per layer): kv_bytes = bytes attention reads from one layer's cache (K, V and scales);
+// GBps = kv_bytes / step time; policy_us and contig_us = step time of the policy and of the
+// contiguous baseline; vs_contiguous = policy_us / contig_us (< 1 is faster). Both are medians of
+// interleaved batches of thread CPU time measured in this process; `layers` = caches cycled.
+// JSON: --benchmark_format=json or --benchmark_out=FILE --benchmark_out_format=json.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <cstdlib>
+#include <memory>
+#include <memory_resource>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "barato/attention/attend.hpp"
+#include "barato/kv/contiguous.hpp"
+#include "barato/kv/paged.hpp"
+#include "barato/kv/quantized.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using namespace barato;
+
+struct Shape {
+  const char* name;
+  std::size_t hq, hkv, d;
+};
+const Shape kShapes[] = {{"mha_d64", 4, 4, 64}, {"gqa_qwen05b", 14, 2, 64}};
+const std::vector<std::int64_t> kContexts = {256, 1024, 4096, 16384};
+constexpr std::size_t kColdBytes = std::size_t{96} << 20;
+constexpr std::size_t kMaxLayers = 64;
+
+/// Memory for every cache of this benchmark: 2 MiB aligned and advised as transparent huge pages
+/// (madvise), as a serving engine allocates its KV pool. Scattered pages then cost no TLB walk per
+/// page; the contiguous baseline gets the same memory, so the comparison stays fair.
+class HugePageResource final : public std::pmr::memory_resource {
+  static constexpr std::size_t kHuge = std::size_t{2} << 20;
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    if (bytes < kHuge) return std::pmr::new_delete_resource()->allocate(bytes, align);
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+    if (p == nullptr) throw std::bad_alloc();
+    madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t align) override {
+    if (bytes < kHuge) return std::pmr::new_delete_resource()->deallocate(p, bytes, align);
+    std::free(p);
+  }
+  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+HugePageResource g_huge;
+
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/// Calls per batch so that one batch takes ≥ ~2 ms.
+template <class F>
+std::size_t calls_per_batch(F& f) {
+  std::size_t reps = 1;
+  for (;;) {
+    const double t0 = thread_seconds();
+    for (std::size_t i = 0; i < reps; ++i) f();
+    if (thread_seconds() - t0 > 2e-3 || reps > (1u << 20)) return reps;
+    reps *= 2;
+  }
+}
+
+/// Median seconds per call of f and of g, measured in interleaved batches (so both see the same
+/// machine state; the cores are shared).
+template <class F, class G>
+std::pair<double, double> interleaved_medians(F&& f, G&& g, int batches = 11) {
+  const std::size_t rf = calls_per_batch(f), rg = calls_per_batch(g);
+  std::vector<double> tf, tg;
+  for (int b = 0; b < batches; ++b) {
+    double t0 = thread_seconds();
+    for (std::size_t i = 0; i < rf; ++i) f();
+    tf.push_back((thread_seconds() - t0) / static_cast<double>(rf));
+    t0 = thread_seconds();
+    for (std::size_t i = 0; i < rg; ++i) g();
+    tg.push_back((thread_seconds() - t0) / static_cast<double>(rg));
+  }
+  std::nth_element(tf.begin(), tf.begin() + batches / 2, tf.end());
+  std::nth_element(tg.begin(), tg.begin() + batches / 2, tg.end());
+  return {tf[static_cast<std::size_t>(batches / 2)], tg[static_cast<std::size_t>(batches / 2)]};
+}
+
+/// A shape's data: k, v [n, H_kv, d] (the same rows in every layer), the query [H_q, d], and the
+/// contiguous baseline: `layers` caches, enough to exceed kColdBytes.
+struct Case {
+  Shape s;
+  std::size_t n, layers;
+  attention::Heads heads;
+  std::vector<float> k, v, q, out;
+  std::vector<kv::Contiguous<float>> contiguous;
+  Case(const Shape& sh, std::size_t n_)
+      : s(sh), n(n_), layers(std::clamp<std::size_t>(kColdBytes / (2 * n_ * sh.hkv * sh.d * sizeof(float)), 1, kMaxLayers)),
+        heads{.n_q = sh.hq, .n_kv = sh.hkv, .head_dim = sh.d},
+        k(test::random_vector(n_ * sh.hkv * sh.d, 1)), v(test::random_vector(n_ * sh.hkv * sh.d, 2)),
+        q(test::random_vector(sh.hq * sh.d, 3, -2.f, 2.f)), out(sh.hq * sh.d) {
+    for (std::size_t l = 0; l < layers; ++l) {
+      contiguous.emplace_back(sh.hkv, sh.d, n, &g_huge);
+      contiguous.back().append(k, v);
+    }
+  }
+};
+
+/// Times one step over `caches` (all layers) against the baseline's and fills the per-layer counters.
+template <class Cache>
+void run(benchmark::State& state, Case& c, const std::vector<Cache>& caches) {
+  auto step = [&] {
+    for (const auto& cache : caches) {
+      attention::decode(c.q, cache, c.heads, c.out);
+      benchmark::DoNotOptimize(c.out.data());
+    }
+  };
+  auto base = [&] {
+    for (const auto& cache : c.contiguous) {
+      attention::decode(c.q, cache, c.heads, c.out);
+      benchmark::DoNotOptimize(c.out.data());
+    }
+  };
+  const auto [t_policy, t_contig] = interleaved_medians(step, base);
+  for (auto _ : state) step();
+  const double L = static_cast<double>(c.layers);
+  const double kv_bytes = static_cast<double>(caches.front().bytes_used());
+  state.counters["layers"] = L;
+  state.counters["kv_bytes"] = kv_bytes;
+  state.counters["GBps"] = kv_bytes / (t_policy / L) * 1e-9;
+  state.counters["vs_contiguous"] = t_policy / t_contig;
+  state.counters["contig_us"] = t_contig / L * 1e6;
+  state.counters["policy_us"] = t_policy / L * 1e6;
+}
+
+void BM_Contiguous(benchmark::State& state, Shape sh) {
+  Case c(sh, static_cast<std::size_t>(state.range(0)));
+  run(state, c, c.contiguous);
+}
+
+void BM_Paged(benchmark::State& state, Shape sh, std::size_t block) {
+  Case c(sh, static_cast<std::size_t>(state.range(0)));
+  const std::size_t blocks = 2 * ((c.n + block - 1) / block);
+  kv::PagedPool<float> pool(
+      {.n_layers = c.layers, .n_kv_heads = sh.hkv, .head_dim = sh.d, .block_tokens = block, .n_blocks = blocks},
+      &g_huge);
+  const kv::SeqId a = pool.add_sequence(), other = pool.add_sequence();
+  const std::size_t row = sh.hkv * sh.d;
+  for (std::size_t p = 0; p < c.n; p += block) {  // interleave the two sequences' blocks in the pool
+    const std::size_t m = std::min(block, c.n - p);
+    const std::span<const float> kk(c.k.data() + p * row, m * row), vv(c.v.data() + p * row, m * row);
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      pool.append(a, l, kk, vv);
+      pool.append(other, l, kk, vv);
+    }
+  }
+  std::vector<kv::PagedView<float>> views;
+  for (std::size_t l = 0; l < c.layers; ++l) views.push_back(pool.view(a, l));
+  run(state, c, views);
+}
+
+template <class Q>
+void BM_Quantized(benchmark::State& state, Shape sh) {
+  Case c(sh, static_cast<std::size_t>(state.range(0)));
+  std::vector<Q> caches;
+  for (std::size_t l = 0; l < c.layers; ++l) {
+    caches.emplace_back(sh.hkv, sh.d, c.n, &g_huge);
+    caches.back().append(c.k, c.v);
+  }
+  run(state, c, caches);
+}
+
+const int kRegistered = [] {
+  for (const Shape& sh : kShapes) {
+    const std::string s = sh.name;
+    auto reg = [&](const std::string& name, auto fn) {
+      benchmark::RegisterBenchmark(name.c_str(), fn)->ArgName("n")->ArgsProduct({kContexts})->Unit(benchmark::kMicrosecond)->Iterations(3);
+    };
+    reg("contiguous/" + s, [sh](benchmark::State& st) { BM_Contiguous(st, sh); });
+    for (const std::size_t b : {8, 16, 32})
+      reg("paged" + std::to_string(b) + "/" + s, [sh, b](benchmark::State& st) { BM_Paged(st, sh, b); });
+    reg("int8/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int8>>(st, sh); });
+    reg("int4/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int4>>(st, sh); });
+    reg("k8v4/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int8, kv::Int4>>(st, sh); });
+  }
+  return 0;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();
