@@ -20,6 +20,7 @@
 #include "models/generate.hpp"
 #include "models/json.hpp"
 #include "models/llama.hpp"
+#include "models/speculative.hpp"
 #include "models/tokenizer.hpp"
 
 namespace {
@@ -44,6 +45,8 @@ struct Args {
   bool no_cache = false;
   bool json = false;
   std::string kv = "contiguous";  // cache policy name, see dispatch_cache
+  std::string draft;              // speculative decoding drafter (empty: plain decoding)
+  std::size_t gamma = 4;          // drafts per verify pass
 };
 
 void add_flags(Cli& cli, Args& a) {
@@ -56,7 +59,9 @@ void add_flags(Cli& cli, Args& a) {
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--no-cache", a.no_cache, "recompute the whole sequence at every step (no KV reuse)")
       .flag("--json", a.json, "print one JSON object instead of the text")
-      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous");
+      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous")
+      .option("--draft", a.draft, "D", "speculative decoding drafter: int8 | int4-g128 | nf4 | ngram[:N] (default: none)")
+      .option("--gamma", a.gamma, "G", "drafts per speculative verify pass");
   cli.epilog(
       "Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
       "--json fields: prompt_ids, generated_ids, text, prefill_ms, decode_ms_per_token, kv_cache_bytes\n"
@@ -82,7 +87,12 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
   // ---- Generation -------------------------------------------------------------------------------
   const GenerateOptions gopt{.steps = cx.steps, .temperature = cx.args.temperature, .seed = cx.args.seed,
                              .use_cache = !cx.args.no_cache};
-  const GenerateResult g = generate(model, cx.prompt_ids, gopt, logits.span());
+  SpecReport spec;  // --draft: speculative decoding (models/speculative.hpp), same output as plain greedy
+  const GenerateResult g =
+      cx.args.draft.empty() ? generate(model, cx.prompt_ids, gopt, logits.span())
+                            : generate_speculative(model, fs::path(cx.args.model), parse_draft(cx.args.draft), cx.prompt_ids,
+                                                   gopt, cx.args.gamma, cx.args.threads, &spec);
+  if (!cx.args.draft.empty()) print_spec_report(stderr, cx.args.draft, cx.args.gamma, spec);
 
   // ---- Output -----------------------------------------------------------------------------------
   std::vector<Token> all(cx.prompt_ids);
@@ -127,6 +137,7 @@ int tool_main(int argc, const char* const* argv) {
   if (!cli.parse(argc, argv)) return 0;
   if (args.threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(args.threads));
   if (!(args.temperature >= 0.0f)) throw CliError("--temperature must be >= 0");
+  if (!args.draft.empty() && (args.no_cache || args.gamma < 1)) throw CliError("--draft needs the KV cache and --gamma >= 1");
 
   barato::CountingResource mem;
   // ---- Weight format ------------------------------------------------------------------------------
