@@ -13,6 +13,9 @@
 
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
+#include "barato/nn/any_linear.hpp"
+#include "barato/quant/linear.hpp"
+#include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
 #include "models/llama.hpp"
@@ -49,12 +52,16 @@ int tool_main(int argc, const char* const* argv) {
   int threads = 1;
   bool json = false, quiet = false;
   std::size_t max_tokens = 0;
+  std::string weights = "fp32";
   Cli cli("barato_perplexity", "Perplexity of a llama2.c checkpoint over a text file.");
   cli.option("--model", model_path, "FILE", "llama2.c checkpoint")
       .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file")
       .option("--text", text_path, "FILE", "text file to score (required)")
       .option("--threads", threads, "N", "threads for matrix products and attention")
       .option("--max-tokens", max_tokens, "N", "score only the first N tokens (0 = all)")
+      .option("--weights", weights, "W",
+              "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
+              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
       .flag("--json", json, "print one JSON object")
       .flag("--quiet", quiet, "no progress on stderr")
       .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +
@@ -62,8 +69,21 @@ int tool_main(int argc, const char* const* argv) {
   if (!cli.parse(argc, argv)) return 0;
   if (text_path.empty()) throw CliError("--text FILE is required");
   if (threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(threads));
+  if (weights != "fp32") {
+    try {
+      (void)barato::quant::parse_scheme(weights);
+    } catch (const barato::value_error& e) {
+      throw CliError(std::string("--weights: ") + e.what());
+    }
+  }
 
-  const auto w = load_llama2c(model_path);
+  // --weights: every projection (and the classifier) in the chosen format, held as nn::AnyLinear.
+  const auto w = convert_weights(load_llama2c(model_path), [&](const barato::nn::DenseLinear& d) {
+    if (weights == "fp32") return barato::nn::AnyLinear(d.copy());
+    return barato::quant::visit_scheme(barato::quant::parse_scheme(weights), [&](auto f) {
+      return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights()));
+    });
+  });
   const Tokenizer tok = load_tokenizer(tok_path, w.config.vocab_size);
   std::ifstream in(text_path, std::ios::binary);
   if (!in) throw barato::io_error(text_path + ": cannot open text file");
@@ -86,8 +106,8 @@ int tool_main(int argc, const char* const* argv) {
   const std::size_t window = w.config.seq_len - 1;
   barato::require(window > 0, "barato_perplexity: seq_len must be >= 2");
   constexpr std::size_t kChunk = 128;  // prefill chunk (rows of logits per forward call)
-  Llama<barato::kv::Contiguous<float>> model(w, make_contiguous_caches(w.config, w.config.seq_len),
-                                             {.threads = threads, .max_chunk = kChunk});
+  Llama<barato::kv::Contiguous<float>, barato::nn::AnyLinear> model(w, make_contiguous_caches(w.config, w.config.seq_len),
+                                                                    {.threads = threads, .max_chunk = kChunk});
   std::vector<float> scratch(kChunk * model.vocab_size());  // [chunk, vocab]
   const auto t1 = std::chrono::steady_clock::now();
   std::size_t next_report = 0;
