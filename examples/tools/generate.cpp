@@ -16,6 +16,9 @@
 
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
+#include "barato/nn/any_linear.hpp"
+#include "barato/quant/linear.hpp"
+#include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/json.hpp"
@@ -47,6 +50,7 @@ struct Args {
   std::string kv = "contiguous";  // cache policy name, see dispatch_cache
   std::string draft;              // speculative decoding drafter (empty: plain decoding)
   std::size_t gamma = 4;          // drafts per verify pass
+  std::string weights = "fp32";   // weight format of the projections, see "Weight format"
 };
 
 void add_flags(Cli& cli, Args& a) {
@@ -61,7 +65,10 @@ void add_flags(Cli& cli, Args& a) {
       .flag("--json", a.json, "print one JSON object instead of the text")
       .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous")
       .option("--draft", a.draft, "D", "speculative decoding drafter: int8 | int4-g128 | nf4 | ngram[:N] (default: none)")
-      .option("--gamma", a.gamma, "G", "drafts per speculative verify pass");
+      .option("--gamma", a.gamma, "G", "drafts per speculative verify pass")
+      .option("--weights", a.weights, "W",
+              "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
+              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)");
   cli.epilog(
       "Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
       "--json fields: prompt_ids, generated_ids, text, prefill_ms, decode_ms_per_token, kv_cache_bytes\n"
@@ -149,6 +156,20 @@ int tool_main(int argc, const char* const* argv) {
   std::size_t steps = args.steps;
   if (steps == 0 || steps > dense.config.seq_len) steps = dense.config.seq_len;  // as run.c
   const Context cx{args, tok, prompt_ids, mem, steps};
+  if (args.weights != "fp32") {  // --weights: quantized projections, chosen at run time (nn::AnyLinear)
+    barato::quant::Scheme scheme{};
+    try {
+      scheme = barato::quant::parse_scheme(args.weights);
+    } catch (const barato::value_error& e) {
+      throw CliError(std::string("--weights: ") + e.what());
+    }
+    const auto quantized = convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
+      return barato::quant::visit_scheme(scheme, [&](auto f) {
+        return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights(), &mem));
+      });
+    });
+    return dispatch_cache(cx, quantized);
+  }
   return dispatch_cache(cx, dense);
 }
 
