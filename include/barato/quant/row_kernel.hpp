@@ -69,7 +69,7 @@ template <class Arch, Format F>
 struct RowKernel : PortableRowKernel<Arch, F> {};
 
 /// True when the translation unit enables AVX-512 VNNI (and BW), so the VNNI kernel can be compiled.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 inline constexpr bool kVnniCompiled = true;
 #else
 inline constexpr bool kVnniCompiled = false;

@@ -28,7 +28,7 @@
 #include "barato/quant/row_kernel.hpp"
 #include "barato/simd/arch.hpp"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
 namespace barato::quant {
@@ -117,8 +117,17 @@ struct RowKernel<Arch, F> {
       else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc0);
     }
     float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    using P = CodePacking<F::kCodeBits>;
-    for (std::size_t c = a.blocks * B; c < v.cols; ++c) total += F::level(P::get(row, c, v.cols)) * v.scale(r, c) * a.x[c];
+    const std::size_t tail = a.blocks * B;  // the rest of the row: one scale (G is a multiple of 128)
+    if (tail < v.cols) {
+      if constexpr (F::kCodeBits == 8) {
+        total += v.scale(r, tail) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), tail, v.cols, a.x);
+      } else {
+        alignas(64) float lev[16];
+        for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+        const float s_tail = v.scale(r, tail);
+        total += avx512::tail4(row, tail, v.cols, a.x, _mm512_load_ps(lev), [&](std::size_t) { return s_tail; });
+      }
+    }
     return total;
   }
 
