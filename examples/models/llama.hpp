@@ -34,6 +34,7 @@
 #include <memory>
 #include <memory_resource>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
