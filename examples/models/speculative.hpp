@@ -93,6 +93,7 @@ template <barato::quant::Format Format>
 struct SpecReport {
   std::size_t passes = 0, proposed = 0, accepted = 0, examined = 0, emitted = 0;
   double alpha = 0.0, tokens_per_pass = 0.0, draft_ms = 0.0, target_ms = 0.0;
+  std::vector<std::size_t> examined_at, accepted_at;  // [γ] per draft position
 };
 
 namespace detail {
@@ -124,7 +125,11 @@ GenerateResult drive_speculative(Dec& dec, std::span<const Token> prompt, std::s
   if (report != nullptr) {
     const auto& s = dec.stats();
     *report = {s.passes(), s.proposed(), s.accepted(), s.examined(), s.emitted(), s.alpha(), s.tokens_per_pass(),
-               1e3 * s.draft_seconds(), 1e3 * s.target_seconds()};
+               1e3 * s.draft_seconds(), 1e3 * s.target_seconds(), {}, {}};
+    for (std::size_t i = 0; i < s.max_gamma(); ++i) {
+      report->examined_at.push_back(s.examined_at(i));
+      report->accepted_at.push_back(s.accepted_at(i));
+    }
   }
   return r;
 }

@@ -22,6 +22,8 @@ TEST_CASE("alpha counts drafts examined up to the first rejection; per-position 
   CHECK(s.acceptance_at(1) == doctest::Approx(1.0 / 2.0));
   CHECK(s.acceptance_at(2) == 1.0);
   CHECK(s.examined_at(3) == 1);
+  CHECK(s.accepted_at(0) == 2);
+  CHECK(s.accepted_at(1) == 1);
   CHECK(s.passes_accepting(0) == 2);
   CHECK(s.passes_accepting(4) == 1);
   CHECK(s.draft_seconds() == doctest::Approx(0.3));

@@ -33,6 +33,9 @@ TEST_CASE("speedup = E / (g c + 1): the traps — poor drafter, expensive drafte
   CHECK(spec::expected_speedup(0.5, 8, 0.1) < spec::expected_speedup(0.5, 2, 0.1));
   CHECK(spec::best_gamma(0.95, 0.01) >= 10);
   CHECK_THROWS_AS((void)spec::expected_speedup(0.5, 2, -1.0), value_error);
+  // a verify pass that costs 3 single steps (a compute-bound target) divides the gain accordingly
+  CHECK(std::abs(spec::expected_speedup(0.8, 4, 0.05, 3.0) - closed_form(0.8, 4) / 3.2) < kTol);
+  CHECK_THROWS_AS((void)spec::expected_speedup(0.5, 2, 0.1, 0.0), value_error);
 }
 
 TEST_CASE("acceptance probability is sum min(p, q) = 1 - total variation") {

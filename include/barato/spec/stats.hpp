@@ -66,6 +66,8 @@ class Stats {
   [[nodiscard]] double acceptance_at(std::size_t i) const noexcept {
     return examined_at_[i] == 0 ? 0.0 : double(accepted_at_[i]) / double(examined_at_[i]);
   }
+  /// Number of passes in which draft position i was accepted.
+  [[nodiscard]] std::size_t accepted_at(std::size_t i) const noexcept { return accepted_at_[i]; }
   /// Number of passes in which draft position i was examined.
   [[nodiscard]] std::size_t examined_at(std::size_t i) const noexcept { return examined_at_[i]; }
   /// Number of passes that accepted exactly a drafts, a ≤ max_gamma.

@@ -40,12 +40,16 @@ inline void check_alpha(double alpha, const char* who) {
 }
 
 /// Expected wall-clock speedup over plain decoding, (1 − α^(γ+1)) / ((1 − α)(γc + 1)), for draft cost
-/// ratio c = (time of one draft step) / (time of one target step) ≥ 0. Throws `value_error` for α
-/// outside [0, 1] or c < 0.
-[[nodiscard]] inline double expected_speedup(double alpha, std::size_t gamma, double cost_ratio) {
+/// ratio c = (time of one draft step) / (time of one target step) ≥ 0. `verify_cost` generalises the
+/// "+1": the time of the target's forward over γ+1 positions in units of one single-token target step
+/// (1 in the memory-bound regime the formula assumes; measure it on small models, where it is not).
+/// Throws `value_error` for α outside [0, 1], c < 0 or verify_cost ≤ 0.
+[[nodiscard]] inline double expected_speedup(double alpha, std::size_t gamma, double cost_ratio, double verify_cost = 1.0) {
   require<value_error>(cost_ratio >= 0.0 && std::isfinite(cost_ratio),
                        "spec::expected_speedup: expected a finite cost ratio c >= 0, got ", cost_ratio);
-  return expected_tokens_per_pass(alpha, gamma) / (static_cast<double>(gamma) * cost_ratio + 1.0);
+  require<value_error>(verify_cost > 0.0 && std::isfinite(verify_cost),
+                       "spec::expected_speedup: expected a finite verify cost > 0, got ", verify_cost);
+  return expected_tokens_per_pass(alpha, gamma) / (static_cast<double>(gamma) * cost_ratio + verify_cost);
 }
 
 /// The γ in [1, max_gamma] with the largest `expected_speedup` (the smallest such γ on ties).
