@@ -22,6 +22,7 @@
 #include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/json.hpp"
+#include "models/kv_policies.hpp"
 #include "models/llama.hpp"
 #include "models/speculative.hpp"
 #include "models/tokenizer.hpp"
@@ -63,7 +64,7 @@ void add_flags(Cli& cli, Args& a) {
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--no-cache", a.no_cache, "recompute the whole sequence at every step (no KV reuse)")
       .flag("--json", a.json, "print one JSON object instead of the text")
-      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous")
+      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous | growable[:C] | paged[:B] | window:W[,S] | int8 | int4 | k8v4")
       .option("--draft", a.draft, "D", "speculative decoding drafter: int8 | int4-g128 | nf4 | ngram[:N] (default: none)")
       .option("--gamma", a.gamma, "G", "drafts per speculative verify pass")
       .option("--weights", a.weights, "W",
@@ -130,10 +131,14 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
 /// and instantiate `run` for that cache type.
 template <class Linear>
 int dispatch_cache(const Context& cx, const LlamaWeights<Linear>& w) {
-  const LlamaConfig& c = w.config;
-  const std::string& kv = cx.args.kv;
-  if (kv == "contiguous") return run(cx, w, make_contiguous_caches<float>(c, cx.steps, &cx.mem));
-  throw CliError("--kv: unknown cache policy '" + kv + "' (expected: contiguous)");
+  // --kv: models/kv_policies.hpp builds the per-layer caches of each policy (a paged pool lives
+  // for the duration of `run`).
+  try {
+    return with_kv_policy(cx.args.kv, w.config, cx.steps, &cx.mem, [&](auto caches) { return run(cx, w, std::move(caches)); });
+  } catch (const barato::value_error& e) {
+    if (std::string_view(e.what()).starts_with("--kv")) throw CliError(e.what());
+    throw;
+  }
 }
 
 int tool_main(int argc, const char* const* argv) {

@@ -18,6 +18,7 @@
 #include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
+#include "models/kv_policies.hpp"
 #include "models/llama.hpp"
 #include "models/perplexity.hpp"
 #include "models/tokenizer.hpp"
@@ -53,6 +54,7 @@ int tool_main(int argc, const char* const* argv) {
   bool json = false, quiet = false;
   std::size_t max_tokens = 0;
   std::string weights = "fp32";
+  std::string kv = "contiguous";
   Cli cli("barato_perplexity", "Perplexity of a llama2.c checkpoint over a text file.");
   cli.option("--model", model_path, "FILE", "llama2.c checkpoint")
       .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file")
@@ -62,6 +64,7 @@ int tool_main(int argc, const char* const* argv) {
       .option("--weights", weights, "W",
               "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
               "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
+      .option("--kv", kv, "POLICY", "KV cache policy: contiguous | growable[:C] | paged[:B] | window:W[,S] | int8 | int4 | k8v4")
       .flag("--json", json, "print one JSON object")
       .flag("--quiet", quiet, "no progress on stderr")
       .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +
@@ -106,9 +109,7 @@ int tool_main(int argc, const char* const* argv) {
   const std::size_t window = w.config.seq_len - 1;
   barato::require(window > 0, "barato_perplexity: seq_len must be >= 2");
   constexpr std::size_t kChunk = 128;  // prefill chunk (rows of logits per forward call)
-  Llama<barato::kv::Contiguous<float>, barato::nn::AnyLinear> model(w, make_contiguous_caches(w.config, w.config.seq_len),
-                                                                    {.threads = threads, .max_chunk = kChunk});
-  std::vector<float> scratch(kChunk * model.vocab_size());  // [chunk, vocab]
+  std::vector<float> scratch(kChunk * w.config.vocab_size);  // [chunk, vocab]
   const auto t1 = std::chrono::steady_clock::now();
   std::size_t next_report = 0;
   const auto progress = [&](std::size_t done, std::size_t total) {
@@ -118,7 +119,19 @@ int tool_main(int argc, const char* const* argv) {
     std::fprintf(stderr, "\r%zu / %zu tokens (%.0f tok/s)", done, total, s > 0 ? static_cast<double>(done) / s : 0.0);
     std::fflush(stderr);
   };
-  const PerplexityResult r = perplexity(model, ids, window, scratch, bytes, progress);
+  // --kv: the decoder runs on the chosen cache policy (models/kv_policies.hpp).
+  const auto score = [&](auto caches) {
+    Llama<typename decltype(caches)::value_type, barato::nn::AnyLinear> model(w, std::move(caches),
+                                                                             {.threads = threads, .max_chunk = kChunk});
+    return perplexity(model, ids, window, scratch, bytes, progress);
+  };
+  PerplexityResult r;
+  try {
+    r = with_kv_policy(kv, w.config, w.config.seq_len, std::pmr::get_default_resource(), score);
+  } catch (const barato::value_error& e) {
+    if (std::string_view(e.what()).starts_with("--kv")) throw CliError(e.what());
+    throw;
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   if (!quiet) std::fprintf(stderr, "\rscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", r.tokens, r.windows, secs,
                            secs > 0 ? static_cast<double>(r.tokens) / secs : 0.0);
@@ -129,6 +142,7 @@ int tool_main(int argc, const char* const* argv) {
         .add("perplexity", r.perplexity())
         .add("bits_per_byte", r.bits_per_byte())
         .add("windows", r.windows)
+        .add("kv", kv)
         .add("bytes", bytes)
         .add("seconds", secs);
     std::printf("%s\n", o.str().c_str());

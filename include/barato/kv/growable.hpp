@@ -56,8 +56,8 @@ class Growable {
   [[nodiscard]] std::size_t head_dim() const noexcept { return cfg_.head_dim; }
   [[nodiscard]] std::size_t chunk_tokens() const noexcept { return cfg_.chunk_tokens; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  /// Positions that fit without growing.
-  [[nodiscard]] std::size_t capacity() const noexcept { return chunks_.size() * cfg_.chunk_tokens; }
+  /// Positions that fit without growing (not a limit: the cache grows past it).
+  [[nodiscard]] std::size_t reserved_tokens() const noexcept { return chunks_.size() * cfg_.chunk_tokens; }
   [[nodiscard]] std::size_t n_chunks() const noexcept { return chunks_.size(); }
   [[nodiscard]] std::size_t bytes_reserved() const noexcept { return chunks_.size() * chunk_bytes(); }
   [[nodiscard]] std::size_t bytes_used() const noexcept { return size_ * token_bytes(); }
