@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
