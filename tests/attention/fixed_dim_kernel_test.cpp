@@ -93,3 +93,24 @@ TEST_CASE("fixed-dimension kernel equals the reference fold (d = 64, 128; fp32/f
   CHECK(attention::has_fixed_dim_kernel<simd::DefaultArch>(128));
   CHECK_FALSE(attention::has_fixed_dim_kernel<simd::DefaultArch>(96));
 }
+
+TEST_CASE("ranges split at multiples of the chunk size give bitwise the same state as one range") {
+  constexpr std::size_t D = 128, W = simd::kFloatLanes<>;
+  constexpr std::size_t R = attention::kFixedChunkRowsFor<D, float, W>;
+  static_assert(R % W == 0 && R >= W && R <= attention::kFixedChunkRows);
+  const std::size_t n = 5 * R + 7, g = 2;
+  const auto k = test::random_vector(n * D, 21), v = test::random_vector(n * D, 22);
+  const auto q = test::random_vector(g * D, 23, -3.f, 3.f);
+  const kv::DenseBlock<float> blk{k.data(), v.data(), n, D, 0};
+  std::vector<float> o1(g * D, 0.0f), o2(g * D, 0.0f);
+  std::vector<PartialStats> s1(g), s2(g);
+  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 0, n, o1.data(), s1.data());
+  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 0, 2 * R, o2.data(), s2.data());
+  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 2 * R, 3 * R, o2.data(), s2.data());
+  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 3 * R, n, o2.data(), s2.data());
+  CHECK(o1 == o2);
+  for (std::size_t h = 0; h < g; ++h) {
+    CHECK(s1[h].m == s2[h].m);
+    CHECK(s1[h].l == s2[h].l);
+  }
+}
