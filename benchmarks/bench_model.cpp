@@ -21,6 +21,9 @@
 //   vs_bandwidth_bound      weight_GBps / dram_GBps = (weight_bytes / dram bandwidth) / step time:
 //                           1.0 means the step runs at the memory-bandwidth bound (meaningful when the
 //                           weights do not fit in the caches: qwen05b)
+//   cpu_tokens_per_second,  the same two figures with process CPU time per thread instead of wall time
+//   cpu_vs_bandwidth_bound  (probe included): on a machine shared with other jobs, wall time also counts
+//                           time spent descheduled (with threads > 1, spinning at barriers counts as CPU)
 //
 // Targets (issue 3): stories260K decode ≥ 30,000 tokens/s on one thread; qwen05b decode
 // vs_bandwidth_bound ≥ 0.85. JSON: --benchmark_format=json. Data: $BARATO_DATA_DIR or
@@ -114,21 +117,28 @@ void BM_decode(benchmark::State& state) {
   Model m(*w, bx::make_contiguous_caches(cfg, c + 1), {.threads = threads, .max_chunk = 1, .max_positions = c + 1});
   std::vector<float> logits(m.vocab_size());
   const auto tokens = token_ids(c + 1, m.vocab_size());
-  const double dram = bench::measure_dram_bandwidth(threads);
+  const bench::Bandwidth probe = bench::measure_dram(threads);
+  const double dram = probe.wall;
 
   std::size_t steps_done = 0;
-  double timed = 0.0;  // seconds inside the timed regions
+  double timed = 0.0, timed_cpu = 0.0;  // wall / process-CPU seconds inside the timed regions
+  double c0 = 0.0;
+  const auto start = [&] {
+    c0 = bench::process_cpu_seconds();
+    return Clock::now();
+  };
   const auto record = [&](Clock::time_point t0) {
     const double el = std::chrono::duration<double>(Clock::now() - t0).count();
     state.SetIterationTime(el);
     timed += el;
+    timed_cpu += bench::process_cpu_seconds() - c0;
   };
   if (!synthetic) {
     // tg-style: after an untimed 1-token (BOS) prefill, C decode steps; the cache ends at C + 1.
     for (auto _ : state) {
       m.reset();
       m.forward_last(std::span<const Token>(tokens).first(1), logits);
-      const auto t0 = Clock::now();
+      const auto t0 = start();
       for (std::size_t i = 1; i <= c; ++i) m.forward_last(std::span<const Token>(&tokens[i], 1), logits);
       record(t0);
       steps_done += c;
@@ -142,7 +152,7 @@ void BM_decode(benchmark::State& state) {
     for (auto& x : v) x = u(gen);
     for (auto& cache : m.caches()) cache.append(k, v);
     for (auto _ : state) {
-      const auto t0 = Clock::now();
+      const auto t0 = start();
       m.forward_last(std::span<const Token>(&tokens[c], 1), logits);
       record(t0);
       m.truncate(c);
@@ -156,6 +166,10 @@ void BM_decode(benchmark::State& state) {
   state.counters["weight_GBps"] = benchmark::Counter(steps * wbytes / 1e9, benchmark::Counter::kIsRate);
   state.counters["dram_GBps"] = dram / 1e9;
   state.counters["vs_bandwidth_bound"] = timed > 0.0 ? (steps * wbytes / dram) / timed : 0.0;
+  // The same two figures per CPU second (for a machine shared with other jobs; see dram_probe.hpp).
+  const double cpu_per_thread = timed_cpu / threads;
+  state.counters["cpu_tokens_per_second"] = cpu_per_thread > 0.0 ? steps / cpu_per_thread : 0.0;
+  state.counters["cpu_vs_bandwidth_bound"] = cpu_per_thread > 0.0 ? (steps * wbytes / probe.cpu) / cpu_per_thread : 0.0;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstddef>
 #include <map>
 #include <vector>
@@ -31,32 +32,55 @@ inline float stream_sum(const float* x, std::size_t n) noexcept {
   return s;
 }
 
-/// Best-of-`passes` read bandwidth in bytes/s over a fresh `bytes`-sized buffer on `threads` threads
-/// (each thread streams its contiguous share). Measured anew on every call.
-inline double measure_dram_bandwidth(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {
+/// Process CPU seconds (all threads).
+inline double process_cpu_seconds() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+/// A read bandwidth in bytes/s two ways: per wall-clock second, and per CPU second of each thread
+/// (bytes / (process CPU time / threads)). On a shared, oversubscribed machine the wall figure also
+/// measures time spent descheduled; the CPU figure does not.
+struct Bandwidth {
+  double wall = 0.0, cpu = 0.0;
+};
+
+/// Best-of-`passes` read bandwidth over a fresh `bytes`-sized buffer on `threads` threads (each
+/// thread streams its contiguous share). Measured anew on every call.
+inline Bandwidth measure_dram(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {
+  const int tt = std::max(threads, 1);
   Buffer<float> buf(bytes / sizeof(float));  // zeroed: every page is touched before timing
   std::fill(buf.begin(), buf.end(), 1.0f);
-  std::vector<float> partial(static_cast<std::size_t>(std::max(threads, 1)) * 16, 0.0f);
-  double best = 0.0;
+  std::vector<float> partial(static_cast<std::size_t>(tt) * 16, 0.0f);
+  Bandwidth best;
   for (int p = 0; p < passes; ++p) {
+    const double c0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(
-        static_cast<std::size_t>(std::max(threads, 1)), threads,
+        static_cast<std::size_t>(tt), threads,
         [&](std::size_t lo, std::size_t hi) {
           for (std::size_t t = lo; t < hi; ++t) {
-            const std::size_t n = buf.size(), tt = static_cast<std::size_t>(std::max(threads, 1));
-            const std::size_t b = n * t / tt, e = n * (t + 1) / tt;
+            const std::size_t n = buf.size(), nt = static_cast<std::size_t>(tt);
+            const std::size_t b = n * t / nt, e = n * (t + 1) / nt;
             partial[t * 16] += stream_sum(buf.data() + b, e - b);
           }
         },
         1);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(bytes) / s);
+    const double c = (process_cpu_seconds() - c0) / tt;
+    best.wall = std::max(best.wall, static_cast<double>(bytes) / s);
+    if (c > 0) best.cpu = std::max(best.cpu, static_cast<double>(bytes) / c);
   }
   float check = 0;
   for (float v : partial) check += v;
-  if (check < 0) best = 0;  // keeps the sums observable
+  if (check < 0) best = {};  // keeps the sums observable
   return best;
+}
+
+/// Wall-clock read bandwidth (bytes/s) of `measure_dram`.
+inline double measure_dram_bandwidth(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {
+  return measure_dram(threads, bytes, passes).wall;
 }
 
 /// `measure_dram_bandwidth`, measured once per (threads, bytes) per process.

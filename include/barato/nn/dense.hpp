@@ -56,7 +56,7 @@ inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 15;
 /// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
 /// Matrices up to this size are treated as cache-resident by the GEMV (rows interleaved, see gemv_rows).
-inline constexpr std::size_t kInterleaveBytes = std::size_t{1} << 19;
+inline constexpr std::size_t kInterleaveBytes = std::size_t{1} << 18;
 
 /// Horizontal sums of `count` accumulators: sums[i] = Σ lanes of acc[i]. Reduced `W` at a time with
 /// the transpose-add `simd::reduce_add_rows` (zero-padded), whose addition tree for lane i involves
