@@ -63,10 +63,11 @@ fs::path data_dir() {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Median seconds of one call of `f` over `samples` samples; each sample repeats `f` until it lasts
-/// ≥ `min_sample` seconds (so fast calls are not dominated by the clock).
+/// Seconds of one call of `f`: the fastest of `samples` samples, each repeating `f` until it lasts
+/// ≥ `min_sample` seconds (so fast calls are not dominated by the clock). The fastest sample is the
+/// one least disturbed by other work on the machine.
 template <class F>
-double median_seconds(F&& f, int samples = 5, double min_sample = 2e-3) {
+double best_seconds(F&& f, int samples = 7, double min_sample = 5e-3) {
   std::vector<double> t;
   for (int s = 0; s < samples; ++s) {
     std::size_t reps = 0;
@@ -79,8 +80,7 @@ double median_seconds(F&& f, int samples = 5, double min_sample = 2e-3) {
     } while (el < min_sample);
     t.push_back(el / static_cast<double>(reps));
   }
-  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-  return t[t.size() / 2];
+  return *std::min_element(t.begin(), t.end());
 }
 
 std::string ms(double s) {
@@ -135,23 +135,23 @@ struct PhaseRow {
   double seconds;
 };
 
-/// Step 2: prefill of P tokens from an empty cache (median of `samples`).
+/// Step 2: prefill of P tokens from an empty cache (best of `samples`).
 std::vector<PhaseRow> prefill_table(Model& m, std::span<const Token> tokens, std::span<const std::size_t> ps,
                                     std::span<float> logits, int samples) {
   std::vector<PhaseRow> rows;
   for (const std::size_t p : ps) {
-    const double s = median_seconds(
+    const double s = best_seconds(
         [&] {
           m.reset();
           m.forward_last(tokens.first(p), logits);
         },
-        samples, samples > 1 ? 2e-3 : 0.0);
+        samples, samples > 1 ? 5e-3 : 0.0);
     rows.push_back({p, s});
   }
   return rows;
 }
 
-/// Step 3: one decode step against a cache holding C positions (median of `samples`). The cache is
+/// Step 3: one decode step against a cache holding C positions (best of `samples`). The cache is
 /// brought to C positions by `fill(C)`; each timed step appends one token and is rolled back.
 template <class Fill>
 std::vector<PhaseRow> decode_table(Model& m, std::span<const std::size_t> cs, Token next, std::span<float> logits,
@@ -160,12 +160,12 @@ std::vector<PhaseRow> decode_table(Model& m, std::span<const std::size_t> cs, To
   for (const std::size_t c : cs) {
     fill(c);
     check(m.size() == c, "cache holds C positions before the step");
-    const double s = median_seconds(
+    const double s = best_seconds(
         [&] {
           m.forward_last(std::span<const Token>(&next, 1), logits);
           m.truncate(c);
         },
-        samples, samples > 1 ? 2e-3 : 0.0);
+        samples, samples > 1 ? 5e-3 : 0.0);
     rows.push_back({c, s});
   }
   return rows;
@@ -257,8 +257,8 @@ int run(const Args& a) {
   Model m(weights, bx::make_contiguous_caches(cfg, 1024, &mem),
           {.threads = a.threads, .max_chunk = 512, .max_positions = 1024, .mr = &mem});
   Buffer<float> logits(m.vocab_size(), &mem);  // [vocab]
-  std::printf("Step 2. Prefill on stories260K: one forward pass over P prompt tokens (real text), median of 5\n\n");
-  const auto pre = prefill_table(m, text, prefill_ps, logits.span(), 5);
+  std::printf("Step 2. Prefill on stories260K: one forward pass over P prompt tokens (real text), best of 7\n\n");
+  const auto pre = prefill_table(m, text, prefill_ps, logits.span(), 7);
   print_prefill(pre);
   const double first_tok = pre.front().seconds / static_cast<double>(pre.front().n);
   const double last_tok = pre.back().seconds / static_cast<double>(pre.back().n);
@@ -270,9 +270,9 @@ int run(const Args& a) {
                 "  there is little to amortise, and causal attention — P²/2 query–key pairs per head — takes over.\n\n",
                 pre.front().n, pre.back().n, last_tok / first_tok, mib(matrix_bytes(weights)).c_str());
 
-  std::printf("Step 3. Decode on stories260K: one step (one new token) against a cache of C tokens, median of 5\n\n");
+  std::printf("Step 3. Decode on stories260K: one step (one new token) against a cache of C tokens, best of 7\n\n");
   const std::size_t model_bytes = matrix_bytes(weights);
-  const auto dec = decode_table(m, decode_cs, text[512], logits.span(), 5, [&](std::size_t c) {
+  const auto dec = decode_table(m, decode_cs, text[512], logits.span(), 7, [&](std::size_t c) {
     m.reset();
     m.forward_last(std::span<const Token>(text).first(c), logits.span());
   });
@@ -318,7 +318,7 @@ int run(const Args& a) {
   print_prefill(qpre);
   // Decode: the cache is filled with C random K/V rows per layer (the step's cost does not depend on
   // the values), so reaching C = 1024 does not take a 1024-token prefill.
-  std::printf("\n  Decode (median of 3; the cache filled with C random K/V rows per layer):\n");
+  std::printf("\n  Decode (best of 3; the cache filled with C random K/V rows per layer):\n");
   const auto qdec = decode_table(qm, q_cs, qtokens[0], qlogits.span(), 3, [&](std::size_t c) {
     qm.reset();
     const std::size_t kd = q.kv_dim();
