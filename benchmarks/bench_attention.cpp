@@ -7,9 +7,10 @@
 //
 // d ∈ {64, 128}, n ∈ {16, 64, 256, 1024, 4096, 16384}; one thread (Eigen too).
 // Counters: score_bytes and MACs per step (from attention/cost.hpp), MAC/s, bytes_per_second = K/V
-// bytes read per second; on the cached rows also kv_GBps, probe_GBps (the probe measured in this
-// process for the same byte size), kv_bw_vs_probe = their ratio, and vs_eigen = eigen time / cached
-// time. JSON: --benchmark_format=json or --benchmark_out=FILE --benchmark_out_format=json.
+// bytes read per second (Google Benchmark: CPU time, binary prefixes); on the cached rows also
+// kv_GBps and probe_GBps (decimal GB/s; the cached step and the probe over a buffer of the same
+// byte size measured in alternating batches in this process), kv_bw_vs_probe = their ratio, and
+// vs_eigen = Eigen-expression time / cached time. JSON: --benchmark_format=json or --benchmark_out=FILE --benchmark_out_format=json.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -17,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
-#include <map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -75,38 +75,45 @@ float probe_sum(const float* x, std::size_t n) {
   return s;
 }
 
-/// Median seconds of `f()` over batches of repeated calls (each batch ≥ ~2 ms, 9 batches).
+/// Calls per batch so that one batch of `f()` takes ≥ ~2 ms of CPU time.
 template <class F>
-double median_seconds(F&& f) {
+std::size_t batch_reps(F&& f) {
   std::size_t reps = 1;
-  for (;;) {  // grow the batch until it takes ≥ 2 ms
+  for (;;) {
     const double t0 = thread_seconds();
     for (std::size_t r = 0; r < reps; ++r) f();
-    if (thread_seconds() - t0 >= 2e-3 || reps >= (1u << 24)) break;
+    if (thread_seconds() - t0 >= 2e-3 || reps >= (1u << 24)) return reps;
     reps *= 2;
   }
-  std::vector<double> t(9);
-  for (auto& x : t) {
-    const double t0 = thread_seconds();
-    for (std::size_t r = 0; r < reps; ++r) f();
-    x = (thread_seconds() - t0) / static_cast<double>(reps);
+}
+
+/// CPU seconds per call of one batch of `reps` calls.
+template <class F>
+double batch_seconds(F&& f, std::size_t reps) {
+  const double t0 = thread_seconds();
+  for (std::size_t r = 0; r < reps; ++r) f();
+  return (thread_seconds() - t0) / static_cast<double>(reps);
+}
+
+double median(std::vector<double> t) {
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+/// Median CPU seconds per call of `f` and of `g`, measured in alternating batches (9 each), so that
+/// both see the same machine state: the ratio is robust to other processes sharing cache and memory.
+template <class F, class G>
+std::pair<double, double> paired_medians(F&& f, G&& g) {
+  const std::size_t rf = batch_reps(f), rg = batch_reps(g);
+  std::vector<double> tf, tg;
+  for (int i = 0; i < 9; ++i) {
+    tf.push_back(batch_seconds(f, rf));
+    tg.push_back(batch_seconds(g, rg));
   }
-  std::nth_element(t.begin(), t.begin() + 4, t.end());
-  return t[4];
+  return {median(tf), median(tg)};
 }
 
-/// Read bandwidth (bytes/s) of the probe over a buffer of `bytes`, measured once per size.
-double probe_bandwidth(std::size_t bytes) {
-  static std::map<std::size_t, double> memo;
-  if (auto it = memo.find(bytes); it != memo.end()) return it->second;
-  Buffer<float> buf(bytes / sizeof(float));
-  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 7);
-  const double s = median_seconds([&] { benchmark::DoNotOptimize(probe_sum(buf.data(), buf.size())); });
-  return memo[bytes] = static_cast<double>(bytes) / s;
-}
-
-/// Median seconds of one Eigen-expression step, measured once per shape (for `vs_eigen`).
-double eigen_step_seconds(std::size_t n, std::size_t d);
+void eigen_step(const Head& hd, std::span<float> scores, std::span<float> out);
 
 void set_cost_counters(benchmark::State& state, const attention::StepCost& c, std::uint64_t kv_bytes) {
   state.counters["score_bytes"] = static_cast<double>(c.score_bytes);
@@ -136,21 +143,37 @@ void BM_cached(benchmark::State& state) {
   const Head hd(n, d);
   const attention::Heads heads{.n_q = 1, .n_kv = 1, .head_dim = d};
   std::vector<float> out(d);
-  const double t0 = thread_seconds();
   for (auto _ : state) {
     attention::decode(hd.last_query(), hd.cache, heads, out);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
-  const double secs = (thread_seconds() - t0) / static_cast<double>(state.iterations());
   const std::uint64_t kv_bytes = attention::cached_kv_bytes_read(n, d, DType::f32);
   set_cost_counters(state, attention::cached_step_cost(n, d), kv_bytes);
-  const double bw = static_cast<double>(kv_bytes) / secs;
-  const double probe = probe_bandwidth(kv_bytes);
-  state.counters["kv_GBps"] = bw / 1e9;
-  state.counters["probe_GBps"] = probe / 1e9;
-  state.counters["kv_bw_vs_probe"] = bw / probe;
-  state.counters["vs_eigen"] = eigen_step_seconds(n, d) / secs;
+  // The probe reads a buffer of the same size; cached step and probe alternate (paired_medians).
+  Buffer<float> probe_buf(kv_bytes / sizeof(float));  // [2·n·d]
+  for (std::size_t i = 0; i < probe_buf.size(); ++i) probe_buf[i] = static_cast<float>(i % 7);
+  const auto [t_cached, t_probe] = paired_medians(
+      [&] {
+        attention::decode(hd.last_query(), hd.cache, heads, out);
+        benchmark::DoNotOptimize(out.data());
+      },
+      [&] { benchmark::DoNotOptimize(probe_sum(probe_buf.data(), probe_buf.size())); });
+  state.counters["kv_GBps"] = static_cast<double>(kv_bytes) / t_cached / 1e9;
+  state.counters["probe_GBps"] = static_cast<double>(kv_bytes) / t_probe / 1e9;
+  state.counters["kv_bw_vs_probe"] = t_probe / t_cached;
+  // The Eigen expression of the same step, paired with the cached step the same way.
+  std::vector<float> scores(n), eigen_out(d);  // [n], [d]
+  const auto [t_cached2, t_eigen] = paired_medians(
+      [&] {
+        attention::decode(hd.last_query(), hd.cache, heads, out);
+        benchmark::DoNotOptimize(out.data());
+      },
+      [&] {
+        eigen_step(hd, scores, eigen_out);
+        benchmark::DoNotOptimize(eigen_out.data());
+      });
+  state.counters["vs_eigen"] = t_eigen / t_cached2;
 }
 
 void eigen_step(const Head& hd, std::span<float> scores, std::span<float> out) {
@@ -163,18 +186,6 @@ void eigen_step(const Head& hd, std::span<float> scores, std::span<float> out) {
         Eigen::OuterStride<>(static_cast<Eigen::Index>(blk.stride)));
     attention::decode_eigen(k, v, hd.last_query(), scores, out);
   });
-}
-
-double eigen_step_seconds(std::size_t n, std::size_t d) {
-  static std::map<std::pair<std::size_t, std::size_t>, double> memo;
-  if (auto it = memo.find({n, d}); it != memo.end()) return it->second;
-  const Head hd(n, d);
-  std::vector<float> scores(n), out(d);
-  const double s = median_seconds([&] {
-    eigen_step(hd, scores, out);
-    benchmark::DoNotOptimize(out.data());
-  });
-  return memo[{n, d}] = s;
 }
 
 void BM_eigen(benchmark::State& state) {
