@@ -74,7 +74,7 @@ TEST_CASE("llama: block prefill, token-by-token decode and the scalar reference 
       const auto lb = forward_all(block, toks);  // 5 chunks of 16, last one partial
       CHECK(block.size() == toks.size());
 
-      Llama<Cache> step(w, make_contiguous_caches(w.config, 96), {.threads = 2, .max_chunk = 1});
+      Llama<Cache> step(w, make_contiguous_caches(w.config, 96), {.threads = 1, .max_chunk = 1});
       std::vector<float> ls(toks.size() * V);
       for (std::size_t i = 0; i < toks.size(); ++i)
         step.forward(std::span<const Token>(&toks[i], 1), std::span<float>(ls).subspan(i * V, V));
@@ -233,7 +233,7 @@ TEST_CASE("llama: stories260K prefill logits match the scalar reference") {
   CHECK(w.config.head_dim == 8);
   CHECK(w.bytes() == (260032 + 512 * 64) * 4);  // tied classifier stored once more as a Dense
   const auto toks = random_tokens(100, 512, 8);
-  Llama<Cache> m(w, make_contiguous_caches(w.config, 128), {.threads = 2, .max_chunk = 64});
+  Llama<Cache> m(w, make_contiguous_caches(w.config, 128), {.threads = 1, .max_chunk = 64});
   const auto lb = forward_all(m, toks);
   barato::test::LlamaReference ref(w);
   std::vector<float> lr;
