@@ -8,6 +8,8 @@
 //                     down 896×4864) = 168 matrices, 357.8 M weights with random values, each matrix
 //                     a separate allocation (fp32: 1.43 GB, int8: 358 MB, int4: 185 MB ≫ 32 MiB LLC).
 //
+//  - BM_gemv_cached:  one 512 × 1024 matrix (cache-resident): the kernels' arithmetic throughput.
+//
 // Counters: weight_GBps (weight bytes streamed per second), Gweights_per_s, of_probe (weight_GBps /
 // probe bandwidth on the same thread count), bits_per_weight. JSON: --benchmark_format=json.
 #include <benchmark/benchmark.h>
@@ -15,6 +17,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -60,6 +63,13 @@ std::vector<float> random_weights(std::size_t n, std::uint32_t seed) {
     v = 0.02f * acc;
   }
   return w;
+}
+
+/// CPU time of the calling thread in seconds.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 // ---- DRAM read probe ---------------------------------------------------------------------------------
@@ -182,11 +192,13 @@ void run_set(benchmark::State& state, const std::string& key, const std::vector<
   std::size_t max_dim = 0;
   for (const auto& s : set.shapes) max_dim = std::max({max_dim, s.rows, s.cols});
   std::vector<float> x = random_weights(max_dim, 99), y(max_dim);
-  double seconds = 0;
+  double seconds = 0, cpu_seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_seconds();
     for (const auto& m : set.mats) m->apply(x.data(), y.data(), threads);
     benchmark::DoNotOptimize(y.data());
+    cpu_seconds += thread_cpu_seconds() - c0;
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double it = static_cast<double>(state.iterations());
@@ -196,12 +208,20 @@ void run_set(benchmark::State& state, const std::string& key, const std::vector<
   state.counters["of_probe"] = gbps * 1e9 / probe;
   state.counters["bits_per_weight"] = 8.0 * double(set.bytes) / double(set.weights);
   state.counters["ms_per_pass"] = 1e3 * seconds / it;
+  // On a shared machine the wall clock includes time the thread was descheduled; on one thread the
+  // thread's CPU time does not (it still includes memory stalls).
+  if (threads == 1) state.counters["Gweights_per_cpu_s"] = double(set.weights) * it / cpu_seconds / 1e9;
   state.SetBytesProcessed(static_cast<std::int64_t>(double(set.bytes) * it));
 }
 
 template <class L>
 void BM_decode_0_5B(benchmark::State& state, const char* name) {
   run_set<L>(state, std::string("0.5B/") + name, kQwen05BLayer, kQwen05BLayers);
+}
+/// 512 × 1024: 0.25–2 MiB, resident in L2/L3 — the kernels' arithmetic speed without DRAM.
+template <class L>
+void BM_gemv_cached(benchmark::State& state, const char* name) {
+  run_set<L>(state, std::string("cached/") + name, {{512, 1024}}, 1);
 }
 template <class L>
 void BM_gemv_4096(benchmark::State& state, const char* name) {
@@ -224,6 +244,8 @@ using Nf4B64 = QuantLayer<Nf4<64>>;
 
 template <class L>
 void register_scheme(const char* name) {
+  benchmark::RegisterBenchmark((std::string("BM_gemv_cached/") + name).c_str(), BM_gemv_cached<L>, name)
+      ->Arg(1)->Unit(benchmark::kMicrosecond)->MinTime(0.3);
   benchmark::RegisterBenchmark((std::string("BM_gemv_4096/") + name).c_str(), BM_gemv_4096<L>, name)
       ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(0.5);
   benchmark::RegisterBenchmark((std::string("BM_decode_0_5B/") + name).c_str(), BM_decode_0_5B<L>, name)

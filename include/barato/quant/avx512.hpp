@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/format.hpp"
@@ -53,14 +54,22 @@ struct RowKernel<Arch, F> {
       for (; c + 64 <= c1; c += 64) {
         for (int i = 0; i < 4; ++i) a[i] = _mm512_fmadd_ps(widen(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), a[i]);
       }
-      for (int i = 0; c + 16 <= c1; c += 16, ++i) a[i & 3] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[i & 3]);
+      for (; c + 32 <= c1; c += 32) {  // constant register indices: no spills of a[]
+        a[0] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[0]);
+        a[1] = _mm512_fmadd_ps(widen(w + c + 16), _mm512_loadu_ps(x + c + 16), a[1]);
+      }
+      if (c + 16 <= c1) {
+        a[2] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[2]);
+        c += 16;
+      }
       if (c < c1) {
         const __mmask16 m = static_cast<__mmask16>((1u << (c1 - c)) - 1u);
         const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
         a[3] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + c), a[3]);
       }
       const __m512 s = _mm512_set1_ps(static_cast<float>(sc[G::kGroup != 0 ? j : 0]));
-      total[j & 1] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])), s, total[j & 1]);
+      total[0] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])), s, total[0]);
+      std::swap(total[0], total[1]);  // two independent chains across groups (register rename, no spill)
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(total[0], total[1]));
   }
