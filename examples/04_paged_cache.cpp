@@ -159,9 +159,10 @@ int main(int argc, char** argv) try {
     }
   }
 
-  std::printf("Step 1 - fragmentation: %zu requests, lengths %zu..%zu tokens (median %zu, seed %u), max context %zu,\n",
-              kRequests, sorted.front(), sorted.back(), sorted[kRequests / 2], seed, kMaxContext);
-  std::printf("         %zu bytes/token (stories260K shape, fp32), pages of %zu tokens\n\n", token_bytes, kBlock);
+  std::printf("Step 1 - fragmentation: %zu requests, %zu tokens in all, lengths %zu..%zu (median %zu, seed %u),\n"
+              "         max context %zu,",
+              kRequests, total_tokens, sorted.front(), sorted.back(), sorted[kRequests / 2], seed, kMaxContext);
+  std::printf(" %zu bytes/token (stories260K shape, fp32), pages of %zu tokens\n\n", token_bytes, kBlock);
   std::printf("| layout              | reserved (allocator) | held by requests | used by tokens | wasted (of held) |\n");
   std::printf("|---------------------|---------------------:|-----------------:|---------------:|-----------------:|\n");
   std::printf("| max-context slots   | %16.2f MiB | %12.2f MiB | %10.2f MiB | %15.1f %% |\n", mib(slot_reserved),

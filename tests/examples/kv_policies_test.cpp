@@ -38,7 +38,7 @@ TEST_CASE("kv policies: greedy tokens on stories260K are identical across contig
     const auto prompt_ids = tok.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
     const std::size_t steps = std::stoul(r.at("steps"));
     const auto expected = r.ids("generated_ids");
-    for (const std::string spec : {"contiguous", "growable", "growable:7", "paged", "paged:8", "paged:32"}) {
+    for (const std::string spec : {"contiguous", "growable:7", "paged", "paged:8"}) {
       INFO("--kv " << spec);
       const auto generated = with_kv_policy(spec, w.config, w.config.seq_len, std::pmr::get_default_resource(),
                                             [&](auto caches) {

@@ -3,8 +3,11 @@
 // (tests/kv/cache_policy_test.cpp) and the example-model policy test. Each fixture owns whatever the
 // policy needs (a pool for paged views) and states the policy's facts the contract checks:
 // bytes per token, whether it can be full, whether attention over it is bitwise equal to a
-// contiguous copy (true when its blocks start at multiples of the kernel's tile of float lanes),
-// and the per-element storage error bound.
+// contiguous copy, and the per-element storage error bound. Bitwise equality holds when the
+// policy's blocks start at multiples of the kernel's row tile: W = float lanes for the generic
+// kernel (the head_dim 40 used by the contract suite), 64 rows for the fixed-dimension kernel
+// (head_dim 64 / 128, attention/fixed_dim_kernel.hpp); elsewhere the summation order differs and
+// the results agree to kFp32RelTol.
 
 #include <cmath>
 #include <cstddef>

@@ -21,7 +21,8 @@ std::vector<std::size_t> expected_kept(std::size_t n, std::size_t W, std::size_t
 }  // namespace
 
 TEST_CASE("sliding window: sinks + last W positions, true positions, <= 3 blocks, RoPE-correct attention") {
-  for (const auto& [W, S] : {std::pair<std::size_t, std::size_t>{37, 4}, {16, 0}, {5, 1}, {64, 8}}) {
+  for (const auto& ws : {std::pair<std::size_t, std::size_t>{37, 4}, {16, 0}, {5, 1}, {64, 8}}) {
+    const std::size_t W = ws.first, S = ws.second;  // (named copies: clang 14 cannot capture bindings)
     CAPTURE(W); CAPTURE(S);
     const std::size_t H = 2, hq = 4, d = 24, n = 150;
     const attention::Heads heads{.n_q = hq, .n_kv = H, .head_dim = d};
