@@ -98,7 +98,9 @@ class Cli {
       left = "  " + left;
       if (left.size() < 28) left.resize(28, ' ');
       else left += "  ";
-      s += left + text + "\n";
+      std::string body;  // continuation lines of a multi-line help text line up under its first line
+      for (const char c : text) body += c == '\n' ? std::string("\n") + std::string(28, ' ') : std::string(1, c);
+      s += left + body + "\n";
     };
     for (const auto& o : opts_)
       line(o.name + (o.takes_value ? " " + o.value_name : ""),
