@@ -32,6 +32,7 @@
 #include "barato/attention/partial.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
+#include "barato/kv/block.hpp"
 #include "barato/kv/cache_policy.hpp"
 #include "barato/simd/arch.hpp"
 
@@ -176,66 +177,49 @@ struct QuantRows {
   [[nodiscard]] float v_scale(std::size_t r) const noexcept { return blk.v_scale[r]; }
 };
 
-/// One tile of ≤ W rows whose codes were converted to floats once (an L1 scratch), with the
-/// original row scales: the row source the G heads of a GQA group share, so codes are unpacked once
-/// per tile instead of once per query head.
-struct StagedRows {
-  static constexpr bool kScaled = true;
-  const float* kc;   // [W, d] key codes as floats
-  const float* vc;   // [W, d] value codes as floats
-  std::size_t d;
-  const float* ks;   // [W] key scales
-  const float* vs;   // [W] value scales
-  template <class Arch>
-  [[nodiscard]] simd::Batch<float, Arch> k(std::size_t r, std::size_t c) const noexcept {
-    return simd::Batch<float, Arch>::load_aligned(kc + r * d + c);
-  }
-  template <class Arch>
-  [[nodiscard]] simd::Batch<float, Arch> v(std::size_t r, std::size_t c) const noexcept {
-    return simd::Batch<float, Arch>::load_aligned(vc + r * d + c);
-  }
-  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return kc[r * d + c]; }
-  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return vc[r * d + c]; }
-  [[nodiscard]] float k_scale(std::size_t r) const noexcept { return ks[r]; }
-  [[nodiscard]] float v_scale(std::size_t r) const noexcept { return vs[r]; }
-};
-
-/// Largest head_dim whose tiles are staged for GQA (scratch 2·W·d floats on the stack).
-inline constexpr std::size_t kMaxStagedHeadDim = 256;
+/// Largest head_dim whose rows are staged for GQA, and rows per stage (2 · 32 · 128 floats = 32 KiB
+/// of stack scratch, L1-resident).
+inline constexpr std::size_t kMaxStagedHeadDim = 128;
+inline constexpr std::size_t kStageRows = 32;
 
 /// Attention kernel of a quantized block (found by ADL from attention::attend): folds rows [r0, r1)
 /// into the partial states of the `g` query heads at q. Same contract as the dense `accumulate`.
-/// One query head (g = 1) reads codes directly; a GQA group (g > 1) first unpacks each tile's
-/// codes once into an L1 scratch. Both run the one tile routine, `attention::accumulate_rows`,
-/// with identical arithmetic (the results are bitwise equal).
+///  - One query head (g = 1, MHA): the tile routine `attention::accumulate_rows` reads the codes
+///    directly through `QuantRows` and applies the row scales to scores and weights.
+///  - A GQA group (g > 1): every K/V row would otherwise be unpacked G times, so stages of
+///    kStageRows rows are dequantised once (code · scale) into an L1 scratch and folded by the dense
+///    kernel, `attention::accumulate` (which has the fixed-dimension fast path for d = 64 / 128).
+/// Either way the online-softmax logic is attention's, not a copy of it.
 template <class Arch = simd::DefaultArch, KvFormat KF, KvFormat VF>
 void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const QuantBlock<KF, VF>& blk, std::size_t r0,
                 std::size_t r1, float* o, attention::PartialStats* st) noexcept {
-  constexpr std::size_t W = simd::Batch<float, Arch>::size;
+  using Bt = simd::Batch<float, Arch>;
+  constexpr std::size_t W = Bt::size;
   const std::size_t dp = (d + W - 1) / W * W;  // padded row of the scratch (aligned loads)
   if (g == 1 || dp > kMaxStagedHeadDim) {
     attention::accumulate_rows<Arch>(q, g, d, scale, QuantRows<KF, VF>{blk}, r0, r1, o, st);
     return;
   }
-  alignas(64) float kc[W * kMaxStagedHeadDim];
-  alignas(64) float vc[W * kMaxStagedHeadDim];
+  alignas(64) float kf[kStageRows * kMaxStagedHeadDim];  // [kStageRows, dp] dequantised keys
+  alignas(64) float vf[kStageRows * kMaxStagedHeadDim];  // [kStageRows, dp] dequantised values
   const std::size_t dv = d / W * W;
-  for (std::size_t r = r0; r < r1; r += W) {
-    const std::size_t nt = std::min(W, r1 - r);
-    for (std::size_t j = 0; j < nt; ++j) {
+  for (std::size_t r = r0; r < r1; r += kStageRows) {
+    const std::size_t nr = std::min(kStageRows, r1 - r);
+    for (std::size_t j = 0; j < nr; ++j) {
       const std::uint8_t* kr = blk.k + (r + j) * blk.k_stride;
       const std::uint8_t* vr = blk.v + (r + j) * blk.v_stride;
+      const float ks = blk.k_scale[r + j], vs = blk.v_scale[r + j];
       for (std::size_t c = 0; c < dv; c += W) {
-        load_codes<Arch, KF>(kr, c).store_aligned(kc + j * dp + c);
-        load_codes<Arch, VF>(vr, c).store_aligned(vc + j * dp + c);
+        (load_codes<Arch, KF>(kr, c) * Bt(ks)).store_aligned(kf + j * dp + c);
+        (load_codes<Arch, VF>(vr, c) * Bt(vs)).store_aligned(vf + j * dp + c);
       }
       for (std::size_t c = dv; c < d; ++c) {
-        kc[j * dp + c] = static_cast<float>(KF::code(kr, c));
-        vc[j * dp + c] = static_cast<float>(VF::code(vr, c));
+        kf[j * dp + c] = ks * static_cast<float>(KF::code(kr, c));
+        vf[j * dp + c] = vs * static_cast<float>(VF::code(vr, c));
       }
     }
-    const StagedRows rows{kc, vc, dp, blk.k_scale + r, blk.v_scale + r};
-    attention::accumulate_rows<Arch>(q, g, d, scale, rows, 0, nt, o, st);
+    const DenseBlock<float> stage{kf, vf, nr, dp, blk.pos0 + r};
+    attention::accumulate<Arch>(q, g, d, scale, stage, 0, nr, o, st);
   }
 }
 
