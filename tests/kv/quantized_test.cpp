@@ -90,9 +90,11 @@ TEST_CASE_TEMPLATE("quantized cache: bytes/token including scales equals the all
 TEST_CASE_TEMPLATE("quantized attention equals double-precision attention over the dequantised rows", Q,
                    kv::Quantized<kv::Int8>, kv::Quantized<kv::Int4>, kv::Quantized<kv::Int8, kv::Int4>,
                    kv::Quantized<kv::Int4, kv::Int8>) {
-  for (const std::size_t d : {16, 64, 67}) {
+  for (const std::size_t d : {16, 64, 67})
+  for (const std::size_t hq : {2, 6}) {  // g = 1 reads codes in the kernel; g = 3 stages dequantised rows
     CAPTURE(d);
-    const std::size_t H = 2, hq = 6, n = 133;
+    CAPTURE(hq);
+    const std::size_t H = 2, n = 133;
     const attention::Heads heads{.n_q = hq, .n_kv = H, .head_dim = d};
     Q c(H, d, n);
     const auto k = test::random_vector(n * H * d, 5, -2.f, 2.f), v = test::random_vector(n * H * d, 6, -2.f, 2.f);
