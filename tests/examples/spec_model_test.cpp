@@ -21,6 +21,19 @@ using namespace barato_examples;
 using Cache = barato::kv::Contiguous<float>;
 
 namespace {
+// Under AddressSanitizer the decoder is ~15x slower: check a representative subset there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 std::vector<fs::path> reference_files(const fs::path& dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(dir / "stories260K/reference"))
@@ -50,8 +63,12 @@ TEST_CASE("greedy speculative decoding of stories260K equals plain greedy decodi
     const auto plain = generate(plain_model, prompt, gopt, logits);
     REQUIRE(plain.generated == expected);  // the oracle itself is run.c's output
 
-    for (const std::string draft : {"ngram:1", "ngram:2", "ngram", "ngram:4", "int8", "int4-g128", "nf4"})
-      for (const std::size_t gamma : {1u, 3u, 6u}) {
+    const std::vector<std::string> drafts = kSanitized ? std::vector<std::string>{"ngram", "int8", "nf4"}
+                                                       : std::vector<std::string>{"ngram:1", "ngram:2", "ngram", "ngram:4",
+                                                                                  "int8", "int4-g128", "nf4"};
+    const std::vector<std::size_t> gammas = kSanitized ? std::vector<std::size_t>{3} : std::vector<std::size_t>{1, 3, 6};
+    for (const auto& draft : drafts)
+      for (const std::size_t gamma : gammas) {
         CAPTURE(path.filename().string());
         CAPTURE(draft);
         CAPTURE(gamma);
