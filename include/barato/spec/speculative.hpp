@@ -120,7 +120,7 @@ class Speculative {
   }
 
   /// Rolls the committed sequence back to its first `n` tokens (1 ≤ n ≤ current length): used to cut
-  /// a pass's output after a stop token.
+  /// a pass's output after a stop token. The statistics are not rewound (they count the work done).
   void rollback(std::size_t n) {
     require(n >= 1 && n <= n_, "spec::Speculative::rollback: expected 1 <= n <= ", n_, ", got ", n);
     target_->truncate(n - 1);
