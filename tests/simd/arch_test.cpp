@@ -35,3 +35,40 @@ TEST_CASE("reduce_max and reduce_add") {
   for (float x : t) s += x;
   CHECK(simd::reduce_add<float, simd::DefaultArch>(b) == doctest::Approx(s));
 }
+
+namespace {
+/// Row i of the test matrix: element j = i·100 + j² − 7j (distinct per row and lane).
+template <class Arch>
+void check_reduce_add_rows() {
+  using B = simd::Batch<float, Arch>;
+  constexpr std::size_t W = B::size;
+  CAPTURE(W);
+  B rows[W];
+  float expect[W];
+  for (std::size_t i = 0; i < W; ++i) {
+    alignas(64) float t[W];
+    expect[i] = 0;
+    for (std::size_t j = 0; j < W; ++j) {
+      t[j] = static_cast<float>(i * 100 + j * j) - 7.0f * static_cast<float>(j);
+      expect[i] += t[j];
+    }
+    rows[i] = B::load_aligned(t);
+  }
+  alignas(64) float got[W];
+  simd::reduce_add_rows<Arch>(rows).store_aligned(got);
+  for (std::size_t i = 0; i < W; ++i) CHECK(got[i] == doctest::Approx(expect[i]));
+}
+}  // namespace
+
+TEST_CASE("reduce_add_rows on every compiled arch (AVX-512 and AVX/AVX2 networks, portable SSE loop)") {
+  check_reduce_add_rows<simd::DefaultArch>();
+#if XSIMD_WITH_AVX2
+  check_reduce_add_rows<xsimd::avx2>();
+#endif
+#if XSIMD_WITH_AVX
+  check_reduce_add_rows<xsimd::avx>();
+#endif
+#if XSIMD_WITH_SSE2
+  check_reduce_add_rows<xsimd::sse2>();
+#endif
+}

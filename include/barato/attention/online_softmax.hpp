@@ -18,6 +18,7 @@
 #include "barato/kv/block.hpp"
 #include "barato/attention/fixed_dim_kernel.hpp"
 #include "barato/attention/partial.hpp"
+#include "barato/attention/small_dim_kernel.hpp"
 #include "barato/simd/arch.hpp"
 #include "barato/simd/convert.hpp"
 
@@ -148,6 +149,8 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
     if (d == 64) return accumulate_fixed_dim<64, Arch>(q, g, scale, blk, r0, r1, o, st);
     return accumulate_fixed_dim<128, Arch>(q, g, scale, blk, r0, r1, o, st);
   }
+  // d < W with packed rows (d = 8 on AVX-512): several rows per register (attention/small_dim_kernel.hpp).
+  if (has_small_dim_kernel<Arch>(d, blk.stride)) return accumulate_small_dim<Arch>(q, g, d, scale, blk, r0, r1, o, st);
   accumulate_rows<Arch>(q, g, d, scale, DenseRows<T>{blk}, r0, r1, o, st);
 }
 

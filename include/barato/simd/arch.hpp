@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -56,8 +56,8 @@ template <class T, class Arch>
 
 /// Reduces W = lanes batches to one batch whose lane i is the horizontal sum of `rows[i]`
 /// (a transpose-add). xsimd 8.1's `haddp` permutes lanes wrongly on AVX-512 (lane i of the result
-/// is not the sum of row i), so AVX-512 gets its own small intrinsics kernel; other archs use a
-/// portable loop over `reduce_add`.
+/// is not the sum of row i), so AVX-512 gets its own small intrinsics kernel, AVX/AVX2 (W = 8) a
+/// 256-bit hadd network; other archs use a portable loop over `reduce_add`.
 template <class Arch>
 [[nodiscard]] inline Batch<float, Arch> reduce_add_rows(const Batch<float, Arch>* rows) noexcept {
   constexpr std::size_t W = Batch<float, Arch>::size;
@@ -78,6 +78,16 @@ template <class Arch>
     // lane 4k + j of v holds row 4j + k; put row r in lane r.
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(idx, v);
+  } else
+#endif
+#if defined(__AVX__)
+  if constexpr (std::is_base_of_v<xsimd::avx, Arch> && W == 8) {
+    // hadd pairs rows within each 128-bit half; after two levels, half k of u0 (u1) holds the
+    // partial sums of rows 0-3 (4-7) over elements 4k…4k+3; adding the halves finishes each row.
+    const __m256 t0 = _mm256_hadd_ps(rows[0], rows[1]), t1 = _mm256_hadd_ps(rows[2], rows[3]);
+    const __m256 t2 = _mm256_hadd_ps(rows[4], rows[5]), t3 = _mm256_hadd_ps(rows[6], rows[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
   } else
 #endif
   {
