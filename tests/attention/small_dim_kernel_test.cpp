@@ -68,8 +68,8 @@ TEST_CASE("small-d dispatch: AVX-512 packs rows for d in {1, 2, 4, 8} with packe
   for (const std::size_t d : {3, 12, 16, 24, 64}) CHECK_FALSE(attention::has_small_dim_kernel<simd::DefaultArch>(d, d));
 }
 
-TEST_CASE("small-d kernel equals the double reference (d = 1, 2, 4, 8; generic d = 12, 24; n not a multiple of 16)") {
-  for (const std::size_t d : {1, 2, 4, 8, 12, 24}) {
+TEST_CASE("small-d kernel equals the double reference (d = 1, 2, 4, 8; generic d = 12, 24, 40; n not a multiple of 16)") {
+  for (const std::size_t d : {1, 2, 4, 8, 12, 24, 40}) {
     for (const std::size_t n : {1, 7, 15, 16, 17, 33, 127, 128, 129, 300}) {
       check_fold<float>(1, d, n, 0, n, n, 1);           // one range
       check_fold<float>(2, d, n, 0, n, 40, 2);          // consecutive pieces

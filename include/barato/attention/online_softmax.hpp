@@ -140,7 +140,9 @@ void accumulate_rows(const float* q, std::size_t g, std::size_t d, float scale, 
 
 /// The dense-block kernel: `accumulate_rows` over `DenseRows<T>`. For each of `g` query heads i
 /// (q + i·d, d floats; scores are scaled by `scale`), folds the block's rows [r0, r1) into
-/// (o + i·d, st[i]). Complexity O(g·(r1 − r0)·d); allocates nothing.
+/// (o + i·d, st[i]). Dispatches on d: 64 / 128 → fixed_dim_kernel.hpp; d < W with packed rows →
+/// small_dim_kernel.hpp; d an odd multiple of 8 on AVX-512 → the generic routine on 8 lanes.
+/// Complexity O(g·(r1 − r0)·d); allocates nothing.
 template <class Arch = simd::DefaultArch, Element T>
 void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
                 std::size_t r1, float* o, PartialStats* st) noexcept {
@@ -151,6 +153,13 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
   }
   // d < W with packed rows (d = 8 on AVX-512): several rows per register (attention/small_dim_kernel.hpp).
   if (has_small_dim_kernel<Arch>(d, blk.stride)) return accumulate_small_dim<Arch>(q, g, d, scale, blk, r0, r1, o, st);
+#if XSIMD_WITH_AVX2
+  // d an odd multiple of 8 (24, 40, 72, …) on AVX-512: 8-lane rows vectorise all of d instead of
+  // leaving an 8-wide scalar tail (measured ~2× faster at d = 24 and 40).
+  if constexpr (simd::kHasAvx512<Arch> && simd::Batch<float, Arch>::size == 16) {
+    if (d % 16 == 8) return accumulate_rows<xsimd::avx2>(q, g, d, scale, DenseRows<T>{blk}, r0, r1, o, st);
+  }
+#endif
   accumulate_rows<Arch>(q, g, d, scale, DenseRows<T>{blk}, r0, r1, o, st);
 }
 
