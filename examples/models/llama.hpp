@@ -328,41 +328,6 @@ template <barato::Element T = float>
 // The decoder
 // ================================================================================================
 
-namespace detail {
-
-// Attention kernels vectorise over head_dim; a head narrower than the default arch's float lanes
-// (stories260K: head_dim 8 vs 16 AVX-512 lanes) would run their scalar tails. These are the narrower
-// instruction sets the decoder falls back to, chosen once per call by head_dim (compile-time types).
-#if XSIMD_WITH_AVX2
-using Arch8 = xsimd::avx2;  // 8 float lanes
-#else
-using Arch8 = barato::simd::DefaultArch;
-#endif
-#if XSIMD_WITH_SSE2
-using Arch4 = xsimd::sse2;  // 4 float lanes
-#else
-using Arch4 = barato::simd::DefaultArch;
-#endif
-
-/// attention::attend with the widest arch whose float lanes divide head_dim.
-template <barato::kv::CachePolicy Cache>
-void attend_best_arch(std::span<const float> q, std::size_t p0, const Cache& cache, const barato::attention::Heads& heads,
-                      std::span<float> out, std::span<barato::attention::PartialStats> stats,
-                      const barato::attention::AttendOptions& opt) {
-  namespace at = barato::attention;
-  const std::size_t d = heads.head_dim;
-  if (d % barato::simd::kFloatLanes<barato::simd::DefaultArch> == 0)
-    at::attend<barato::simd::DefaultArch>(q, p0, cache, heads, out, stats, opt);
-  else if (d % barato::simd::kFloatLanes<Arch8> == 0)
-    at::attend<Arch8>(q, p0, cache, heads, out, stats, opt);
-  else if (d % barato::simd::kFloatLanes<Arch4> == 0)
-    at::attend<Arch4>(q, p0, cache, heads, out, stats, opt);
-  else
-    at::attend<barato::simd::DefaultArch>(q, p0, cache, heads, out, stats, opt);
-}
-
-}  // namespace detail
-
 /// Options of a `Llama` instance (designated initialisers).
 struct LlamaOptions {
   int threads = 1;               ///< threads for matrix products and attention (over KV heads)
@@ -543,7 +508,9 @@ class Llama {
         rope_.apply(std::span<float>(k_.data() + t * kd, kd), cfg_.n_kv_heads, p0 + t);
       }
       caches_[l].append(std::span<const float>(k_.data(), m * kd), std::span<const float>(v_.data(), m * kd));
-      detail::attend_best_arch(std::span<const float>(q_.data(), m * qd), p0, caches_[l], heads,
+      // head_dim below the float lanes (stories260K: 8 vs 16 on AVX-512) takes the packed-row kernel
+      // of attention/small_dim_kernel.hpp inside attend.
+      barato::attention::attend(std::span<const float>(q_.data(), m * qd), p0, caches_[l], heads,
                                 std::span<float>(att_.data(), m * qd), stats_.span().first(m * cfg_.n_heads),
                                 barato::attention::AttendOptions{.scale = 0.0f, .threads = opt_.threads});
       apply(L.wo, att_.data(), o_.data(), m, qd, d);
