@@ -28,7 +28,7 @@
 #include "barato/attention/recompute.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
-#include "barato/simd/arch.hpp"
+#include "dram_probe.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -59,21 +59,6 @@ struct Head {
   }
   [[nodiscard]] std::span<const float> last_query() const { return {q.data() + (n - 1) * d, d}; }
 };
-
-/// Sum of a float buffer with 8 independent vector accumulators: a pure streaming read.
-float probe_sum(const float* x, std::size_t n) {
-  using B = simd::Batch<float>;
-  constexpr std::size_t W = B::size;
-  B a[8];
-  for (auto& b : a) b = B(0.0f);
-  std::size_t i = 0;
-  for (; i + 8 * W <= n; i += 8 * W)
-    for (std::size_t u = 0; u < 8; ++u) a[u] += B::load_aligned(x + i + u * W);
-  for (; i + W <= n; i += W) a[0] += B::load_aligned(x + i);
-  float s = simd::reduce_add<float, simd::DefaultArch>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
-  for (; i < n; ++i) s += x[i];
-  return s;
-}
 
 /// Calls per batch so that one batch of `f()` takes ≥ ~2 ms of CPU time.
 template <class F>
@@ -158,7 +143,7 @@ void BM_cached(benchmark::State& state) {
         attention::decode(hd.last_query(), hd.cache, heads, out);
         benchmark::DoNotOptimize(out.data());
       },
-      [&] { benchmark::DoNotOptimize(probe_sum(probe_buf.data(), probe_buf.size())); });
+      [&] { benchmark::DoNotOptimize(bench::stream_sum(probe_buf.data(), probe_buf.size())); });
   state.counters["kv_GBps"] = static_cast<double>(kv_bytes) / t_cached / 1e9;
   state.counters["probe_GBps"] = static_cast<double>(kv_bytes) / t_probe / 1e9;
   state.counters["kv_bw_vs_probe"] = t_probe / t_cached;
@@ -205,7 +190,7 @@ void BM_probe(benchmark::State& state) {
   const std::uint64_t bytes = attention::cached_kv_bytes_read(n, d, DType::f32);
   Buffer<float> buf(bytes / sizeof(float));
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 7);
-  for (auto _ : state) benchmark::DoNotOptimize(probe_sum(buf.data(), buf.size()));
+  for (auto _ : state) benchmark::DoNotOptimize(bench::stream_sum(buf.data(), buf.size()));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
 }
 

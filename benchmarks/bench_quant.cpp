@@ -32,7 +32,7 @@
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/nf4.hpp"
-#include "barato/simd/arch.hpp"
+#include "dram_probe.hpp"
 
 namespace {
 
@@ -74,19 +74,6 @@ double thread_cpu_seconds() {
 
 // ---- DRAM read probe ---------------------------------------------------------------------------------
 
-float stream_sum(const float* x, std::size_t n) noexcept {
-  using B = simd::Batch<float>;
-  constexpr std::size_t W = B::size;
-  B a[8];
-  for (auto& b : a) b = B(0.0f);
-  std::size_t i = 0;
-  for (; i + 8 * W <= n; i += 8 * W)
-    for (std::size_t u = 0; u < 8; ++u) a[u] += B::load_unaligned(x + i + u * W);
-  float s = simd::reduce_add<float, simd::DefaultArch>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
-  for (; i < n; ++i) s += x[i];
-  return s;
-}
-
 /// Best of 5 passes over 1 GiB on `threads` threads, in bytes/s; measured once per thread count.
 double probe_bandwidth(int threads) {
   static std::map<int, double> measured;
@@ -100,7 +87,7 @@ double probe_bandwidth(int threads) {
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(
         buf.size(), threads,
-        [&](std::size_t lo, std::size_t hi) { part[lo * static_cast<std::size_t>(threads) / buf.size() * 16] += stream_sum(buf.data() + lo, hi - lo); },
+        [&](std::size_t lo, std::size_t hi) { part[lo * static_cast<std::size_t>(threads) / buf.size() * 16] += bench::stream_sum(buf.data() + lo, hi - lo); },
         1 << 16);
     best = std::max(best, double(kBytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }

@@ -2,7 +2,8 @@
 // DRAM read-bandwidth probe shared by the model-level benchmarks: the speed at which this machine can
 // stream a buffer far larger than the last-level cache (default 1 GiB) through vector loads, on 1 or
 // more threads. A decode step that reads W bytes of weights cannot beat W / probe_bandwidth(threads);
-// the benchmarks report their bytes/s as a ratio to it.
+// the benchmarks report their bytes/s as a ratio to it. `stream_sum` is also the read probe of any
+// size (bench_attention sums a cache-resident buffer of a K/V cache's byte size with it).
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +18,9 @@
 
 namespace barato::bench {
 
-/// Sum of x[0..n) with 8 independent vector accumulators: a pure streaming read.
+/// Sum of x[0..n) with 8 independent vector accumulators: a pure streaming read of 4·n bytes, any
+/// alignment, any n (vector loop, one-vector loop, scalar tail). The one memory-read probe of the
+/// benchmarks: over a 1 GiB buffer it measures DRAM, over a small one L1/L2.
 inline float stream_sum(const float* x, std::size_t n) noexcept {
   using B = simd::Batch<float>;
   constexpr std::size_t W = B::size;
