@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,12 +29,12 @@
 #include <set>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "barato/kv/contiguous.hpp"
 #include "barato/quant/metrics.hpp"
 #include "barato/quant/outliers.hpp"
+#include "models/cli.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
 
@@ -43,12 +42,6 @@ namespace {
 
 using namespace barato;
 using namespace barato_examples;
-
-std::string flag(int argc, char** argv, std::string_view name, std::string def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string_view(argv[i]) == name) return argv[i + 1];
-  return def;
-}
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -67,13 +60,15 @@ std::vector<std::size_t> distinct_levels(const std::vector<float>& h, std::size_
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+int tutorial_main(int argc, const char* const* argv) {
   const char* env = std::getenv("BARATO_DATA_DIR");
   const std::filesystem::path data = (env != nullptr && *env != '\0') ? env : BARATO_DEFAULT_DATA_DIR;
-  const std::size_t n_tokens = std::stoul(flag(argc, argv, "--tokens", "256"));
-  const std::size_t top_k = std::stoul(flag(argc, argv, "--top-k", "4"));
+  std::size_t n_tokens = 256, top_k = 4;
+  Cli cli("tutorial_outliers", "Activation outliers in stories260K's residual stream and what they do to int8 activation scales.");
+  cli.option("--tokens", n_tokens, "N", "positions of held-out TinyStories text to run")
+      .option("--top-k", top_k, "K", "outlier dimensions excluded from the int8 scale in step 4")
+      .epilog("data: $BARATO_DATA_DIR (stories260K/, text/), else " BARATO_DEFAULT_DATA_DIR);
+  if (!cli.parse(argc, argv)) return 0;
 
   // Step 1 — capture the residual stream ----------------------------------------------------------------
   const auto weights = load_llama2c(data / "stories260K" / "stories260K.bin");
@@ -162,7 +157,10 @@ int main(int argc, char** argv) try {
   std::printf("  -> (levels counted over the %zu dimensions that stay int8) excluding %zu outlier dimensions\n"
               "     shrinks the step and gives every other dimension more of the int8 grid.\n", D - std::min(top_k, D), top_k);
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "tutorial_outliers: %s\n", e.what());
-  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Cli::run_tool("tutorial_outliers", [&] { return tutorial_main(argc, argv); });
 }

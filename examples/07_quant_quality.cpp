@@ -23,14 +23,12 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
 #include <sstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "barato/kv/contiguous.hpp"
@@ -38,6 +36,7 @@
 #include "barato/nn/dense.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/scheme.hpp"
+#include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
@@ -94,26 +93,23 @@ std::pair<double, double> wilson(std::size_t k, std::size_t n) {
   return {c - h, c + h};
 }
 
-std::string flag(int argc, char** argv, std::string_view name, std::string def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string_view(argv[i]) == name) return argv[i + 1];
-  return def;
-}
-
 std::string one_line(std::string s, std::size_t max_len) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   if (s.size() > max_len) s = s.substr(0, max_len - 3) + "...";
   return s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
+int tutorial_main(int argc, const char* const* argv) {
   const char* env = std::getenv("BARATO_DATA_DIR");
   const std::filesystem::path data = (env != nullptr && *env != '\0') ? env : BARATO_DEFAULT_DATA_DIR;
-  const std::size_t n_tokens = std::stoul(flag(argc, argv, "--tokens", "4096"));
-  const std::string prompt = flag(argc, argv, "--prompt", "Once upon a time");
-  const std::size_t steps = std::stoul(flag(argc, argv, "--steps", "80"));
+  std::size_t n_tokens = 4096, steps = 80;
+  std::string prompt = "Once upon a time";
+  Cli cli("tutorial_quant_quality", "stories260K with every weight scheme against fp32: perplexity, token agreement, greedy text.");
+  cli.option("--tokens", n_tokens, "N", "held-out TinyStories tokens to score")
+      .option("--prompt", prompt, "TEXT", "prompt of the greedy generations in step 3")
+      .option("--steps", steps, "N", "greedy generation steps in step 3")
+      .epilog("data: $BARATO_DATA_DIR (stories260K/, text/), else " BARATO_DEFAULT_DATA_DIR);
+  if (!cli.parse(argc, argv)) return 0;
 
   // Step 1 — model, tokenizer, held-out windows ----------------------------------------------------------
   const auto dense = load_llama2c(data / "stories260K" / "stories260K.bin");
@@ -189,7 +185,10 @@ int main(int argc, char** argv) try {
     std::printf("  %-12s %s\n      %s\n", v.name.c_str(), diverge.c_str(), one_line(tok.decode_text(all), 1000).c_str());
   }
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "tutorial_quant_quality: %s\n", e.what());
-  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return Cli::run_tool("tutorial_quant_quality", [&] { return tutorial_main(argc, argv); });
 }
