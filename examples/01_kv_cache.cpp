@@ -43,10 +43,12 @@
 #include "barato/attention/recompute.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
+#include "tutorial_support.hpp"
 
 namespace {
 
 using namespace barato;
+using barato_examples::grouped;
 
 constexpr std::size_t kHeadDim = 64;
 constexpr double kIdentityRelTol = 1e-5;  // fp32: cached vs recomputed, max relative difference
@@ -73,17 +75,6 @@ double median_seconds(F&& f, int batches = 7) {
   }
   std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
   return t[t.size() / 2];
-}
-
-/// 67108864 → "67,108,864".
-std::string grouped(std::uint64_t x) {
-  const std::string digits = std::to_string(x);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
 }
 
 /// Seconds in a readable unit.

@@ -35,10 +35,12 @@
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/memory.hpp"
 #include "models/llama2c.hpp"
+#include "tutorial_support.hpp"
 
 namespace {
 
 using namespace barato;
+using barato_examples::grouped;
 
 constexpr std::size_t KiB = std::size_t{1} << 10, MiB = std::size_t{1} << 20, GiB = std::size_t{1} << 30;
 
@@ -47,17 +49,6 @@ struct KvShape {
   std::string name;
   std::size_t layers, kv_heads, head_dim;
 };
-
-/// 67108864 → "67,108,864".
-std::string grouped(std::uint64_t x) {
-  const std::string digits = std::to_string(x);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 /// Bytes in the largest binary unit that keeps the number ≥ 1.
 std::string human(double bytes) {
