@@ -35,6 +35,10 @@ void read_block(const kv::DenseBlock<T>& b, std::size_t d, Stored& s) {
     }
   }
 }
+template <Element T>
+void read_block(const kv::PagedBlock<T>& b, std::size_t d, Stored& s) {
+  for (std::size_t i = 0; i < b.pages(); ++i) read_block(b.page(i), d, s);
+}
 template <class KF, class VF>
 void read_block(const kv::QuantBlock<KF, VF>& b, std::size_t d, Stored& s) {
   for (std::size_t r = 0; r < b.n; ++r) {

@@ -219,12 +219,20 @@ TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention re
   fill(pool, id, t, s);
   const auto view = pool.view(id, 2);
   std::size_t blocks = 0;
-  view.for_each_block(1, [&](const kv::DenseBlock<float>& b) {
-    CHECK(b.pos0 == blocks * s.B);
-    CHECK(b.k == pool.key(id, 2, 1, b.pos0).data());  // a pointer into the pool: no gather copy
+  view.for_each_block(1, [&](const kv::PagedBlock<float>& b) {  // one block spanning every page
+    CHECK(b.pos0 == 0);
+    CHECK(b.n == 77);
+    REQUIRE(b.pages() == 5);
+    for (std::size_t i = 0; i < b.pages(); ++i) {
+      const kv::DenseBlock<float> pg = b.page(i);
+      CHECK(pg.pos0 == i * s.B);
+      CHECK(pg.n == std::min<std::size_t>(s.B, 77 - i * s.B));
+      CHECK(pg.k == pool.key(id, 2, 1, pg.pos0).data());  // pointers into the pool: no gather copy
+      CHECK(pg.v == pool.value(id, 2, 1, pg.pos0).data());
+    }
     ++blocks;
   });
-  CHECK(blocks == 5);
+  CHECK(blocks == 1);
   CHECK(view.bytes_used() == 77 * 2 * s.H * s.d * sizeof(float));
   CHECK(view.bytes_reserved() == 5 * s.B * 2 * s.H * s.d * sizeof(float));
 }

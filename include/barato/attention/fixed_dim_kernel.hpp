@@ -14,12 +14,16 @@
 ///   4. o += Σ_j p_j·v_j with two interleaved accumulator sets (2·D/W independent FMA chains).
 /// Chunks are visited in the outer loop and the G query heads of a group in the inner loop, so a
 /// chunk of K/V (≤ kFixedChunkBytes) is read from memory once and from L1 for the other heads.
+/// The kernel reads rows through a row-address policy (`RowAddress`): contiguous (base + r·stride)
+/// or paged (kv/paged_block.hpp: one page-table look-up per W-row tile), so one call — and one set
+/// of registers per chunk — spans every page of a paged cache.
 /// Rounding depends on where chunks start: attention over blocks that begin at multiples of the
 /// chunk size is bitwise equal to attention over one contiguous block; other splits agree to fp32
 /// rounding (the online-softmax rescale happens at different rows).
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 
@@ -50,24 +54,62 @@ template <class Arch>
   return (d == 64 || d == 128) && d % simd::Batch<float, Arch>::size == 0 && kFixedChunkRows % simd::Batch<float, Arch>::size == 0;
 }
 
-/// Folds rows [r0, r1) of `blk` into the partial states of `g` query heads (q + i·D, o + i·D, st[i]),
-/// scores scaled by `scale`. Same contract as `accumulate`; requires D % W == 0. Allocates nothing.
-template <std::size_t D, class Arch = simd::DefaultArch, Element T>
-void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
-                          std::size_t r1, float* o, PartialStats* st) noexcept {
+/// A row-address policy of the fixed-dimension kernel: where the key/value rows of a block live.
+/// `chunk<W, R>(c0, nr)` returns a cursor over rows [c0, c0 + nr) (nr ≤ R): `k(t)` / `v(t)` is the
+/// address of row c0 + t for t a multiple of W, and the rows c0 + t + j, j < kRun − t mod kRun, follow
+/// it at `stride` elements apart (`kRun`: W for a paged policy — a tile never crosses a page —, R
+/// for a contiguous one). The caller guarantees what the policy needs for that.
+template <class Rows>
+concept RowAddress = requires(const Rows& rows, std::size_t c0) {
+  typename Rows::element_type;
+  { rows.stride } -> std::convertible_to<std::size_t>;
+  rows.template chunk<1, 1>(c0, c0);
+};
+
+/// Rows of a `kv::DenseBlock<T>`: row r at k + r·stride (any r0, any tile start).
+template <Element T>
+struct ContiguousRowAddress {
+  using element_type = T;
+  const T* k;
+  const T* v;
+  std::size_t stride;
+  template <std::size_t R>
+  struct Cursor {
+    static constexpr std::size_t kRun = R;
+    const T* k0;
+    const T* v0;
+    std::size_t stride;
+    [[nodiscard]] const T* k(std::size_t t) const noexcept { return k0 + t * stride; }
+    [[nodiscard]] const T* v(std::size_t t) const noexcept { return v0 + t * stride; }
+  };
+  template <std::size_t W, std::size_t R>
+  [[nodiscard]] Cursor<R> chunk(std::size_t c0, std::size_t /*nr*/) const noexcept {
+    return {k + c0 * stride, v + c0 * stride, stride};
+  }
+};
+
+/// Folds rows [r0, r1) reached through the row-address policy `rows` into the partial states of `g`
+/// query heads (q + i·D, o + i·D, st[i]), scores scaled by `scale`. Same contract as `accumulate`;
+/// requires D % W == 0. One call covers any number of rows (q and o stay in registers across every
+/// tile boundary of a chunk, wherever the rows live). Allocates nothing.
+template <std::size_t D, class Arch = simd::DefaultArch, RowAddress Rows>
+void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const Rows& rows, std::size_t r0,
+                               std::size_t r1, float* o, PartialStats* st) noexcept {
+  using T = typename Rows::element_type;
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
   constexpr std::size_t C = D / W;  // vectors per row
   constexpr std::size_t R = kFixedChunkRowsFor<D, T, W>;
   static_assert(D % W == 0 && R % W == 0);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const std::size_t stride = blk.stride;
+  const std::size_t stride = rows.stride;
   alignas(64) float s[R];  // scores, then probabilities, of one chunk
 
   for (std::size_t c0 = r0; c0 < r1; c0 += R) {
     const std::size_t nr = std::min(R, r1 - c0);
-    const T* k0 = blk.k + c0 * stride;  // [nr, stride]
-    const T* v0 = blk.v + c0 * stride;  // [nr, stride]
+    const auto cur = rows.template chunk<W, R>(c0, nr);
+    constexpr std::size_t Run = decltype(cur)::kRun;  // rows at constant stride from cur.v(t)
+    static_assert(Run % W == 0 && Run % 2 == 0);
     for (std::size_t h = 0; h < g; ++h) {
       B qv[C];  // scale · q, in registers
       for (std::size_t c = 0; c < C; ++c) qv[c] = B(scale) * B::load_unaligned(q + h * D + c * W);
@@ -76,7 +118,7 @@ void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::
       B mx(kNegInf);
       for (std::size_t t = 0; t < nr; t += W) {
         const std::size_t nt = std::min(W, nr - t);
-        const T* kt = k0 + t * stride;
+        const T* kt = cur.k(t);
         B acc[W];
         if (nt == W) {
           for (std::size_t j = 0; j < W; ++j) {
@@ -124,24 +166,38 @@ void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::
       }
       sh.l += simd::reduce_add<float, Arch>(lsum);
 
-      // 4. o += Σ_j p_j · v_j, two rows per iteration into independent accumulators.
-      std::size_t j = 0;
-      for (; j + 2 <= nr; j += 2) {
-        const B p0(s[j]), p1(s[j + 1]);
-        const T* va = v0 + j * stride;
-        const T* vb = va + stride;
-        for (std::size_t c = 0; c < C; ++c) {
-          ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);
-          ov2[c] = xsimd::fma(p1, simd::load_as_float<Arch>(vb + c * W), ov2[c]);
+      // 4. o += Σ_j p_j · v_j, two rows per iteration into independent accumulators (runs have an
+      //    even length, so even rows go to ov and odd rows to ov2 whatever the row layout).
+      for (std::size_t t = 0; t < nr; t += Run) {
+        const std::size_t nt = std::min(Run, nr - t);
+        const T* v0 = cur.v(t);  // [nt, stride]
+        const float* pt = s + t;
+        std::size_t j = 0;
+        for (; j + 2 <= nt; j += 2) {
+          const B p0(pt[j]), p1(pt[j + 1]);
+          const T* va = v0 + j * stride;
+          const T* vb = va + stride;
+          for (std::size_t c = 0; c < C; ++c) {
+            ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);
+            ov2[c] = xsimd::fma(p1, simd::load_as_float<Arch>(vb + c * W), ov2[c]);
+          }
         }
-      }
-      if (j < nr) {
-        const B p0(s[j]);
-        for (std::size_t c = 0; c < C; ++c) ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(v0 + j * stride + c * W), ov[c]);
+        if (j < nt) {
+          const B p0(pt[j]);
+          for (std::size_t c = 0; c < C; ++c) ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(v0 + j * stride + c * W), ov[c]);
+        }
       }
       for (std::size_t c = 0; c < C; ++c) (ov[c] + ov2[c]).store_unaligned(oh + c * W);
     }
   }
+}
+
+/// Folds rows [r0, r1) of `blk` into the partial states of `g` query heads (q + i·D, o + i·D, st[i]),
+/// scores scaled by `scale`. Same contract as `accumulate`; requires D % W == 0. Allocates nothing.
+template <std::size_t D, class Arch = simd::DefaultArch, Element T>
+void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
+                          std::size_t r1, float* o, PartialStats* st) noexcept {
+  accumulate_fixed_dim_rows<D, Arch>(q, g, scale, ContiguousRowAddress<T>{blk.k, blk.v, blk.stride}, r0, r1, o, st);
 }
 
 }  // namespace barato::attention

@@ -2,8 +2,8 @@
 /// \file
 /// `kv::DenseBlock<T>`: the view a KV cache hands to attention for one KV head — `n` consecutive
 /// positions starting at logical position `pos0`, keys and values as rows of `stride` elements
-/// (the first `head_dim` used). Contiguous caches yield one block per head, paged caches one per
-/// page, a sliding window at most two (plus sinks). Other block types (quantized) come with their
+/// (the first `head_dim` used). Contiguous caches yield one block per head, a sliding window at most
+/// two (plus sinks); paged caches yield their own `PagedBlock` (kv/paged_block.hpp). Other block types (quantized) come with their
 /// own `accumulate` overload, found by argument-dependent lookup.
 
 #include <cstddef>

@@ -21,8 +21,8 @@
 ///    until the allocator reclaims it (then it counts as evicted).
 ///  - **Capacity.** When an append needs more free blocks than exist, it throws `capacity_error`
 ///    before touching anything: every sequence, count and the free list are unchanged.
-///  - **Attention** reads the pages in place: `for_each_block` yields one `DenseBlock` per page with its
-///    true `pos0` (no gather copy).
+///  - **Attention** reads the pages in place: `for_each_block` yields one `PagedBlock` per head that
+///    spans all its pages (kv/paged_block.hpp; no gather copy), so one kernel call covers every page.
 ///
 /// `PagedView` (one sequence, one layer) is what a model holds; it satisfies `kv::CachePolicy`.
 /// Views refer to the pool, which therefore neither moves nor copies.
@@ -41,6 +41,7 @@
 #include "barato/core/token.hpp"
 #include "barato/kv/block.hpp"
 #include "barato/kv/cache_policy.hpp"
+#include "barato/kv/paged_block.hpp"
 #include "barato/kv/prefix_cache.hpp"
 #include "barato/simd/convert.hpp"
 
@@ -66,7 +67,7 @@ template <Element T = float>
 class PagedPool {
  public:
   using element_type = T;
-  using block_type = DenseBlock<T>;
+  using block_type = PagedBlock<T>;
   using BlockId = std::uint32_t;
   static constexpr BlockId kNoBlock = 0xFFFFFFFFu;
 
@@ -259,24 +260,18 @@ class PagedPool {
     register_full_blocks(s);
   }
 
-  /// Calls f(DenseBlock<T>) for each block of KV head h of (sequence, layer), in position order;
-  /// pos0 = i·B. The views point into the pool (valid until the next mutation).
+  /// Calls f(PagedBlock<T>) once for KV head h of (sequence, layer) when it holds positions: all of
+  /// them (pos0 = 0), rows reached through the sequence's block table. The view points into the pool
+  /// and the table (valid until the next mutation). `PagedBlock::page(i)` is logical page i.
   template <class F>
   void for_each_block(SeqId id, std::size_t layer, std::size_t h, F&& f) const {
     const Seq& s = seqs_[id];
     BARATO_ASSERT(s.live && layer < cfg_.n_layers && h < cfg_.n_kv_heads);
-    const std::size_t B = cfg_.block_tokens, n = s.len[layer];
-    const std::size_t n_blk = (n + B - 1) / B;
-    const std::size_t run = B * cfg_.head_dim * sizeof(T);  // bytes of one head's rows in one page
-    for (std::size_t i = 0; i < n_blk; ++i) {
-      const std::size_t off = offset(s.table[i], layer, h);
-      if (i + kPrefetchPages < n_blk) {
-        const std::size_t nx = offset(s.table[i + kPrefetchPages], layer, h);
-        prefetch(k_.data() + nx, run);
-        prefetch(v_.data() + nx, run);
-      }
-      f(DenseBlock<T>{k_.data() + off, v_.data() + off, std::min(B, n - i * B), cfg_.head_dim, i * B});
-    }
+    const std::size_t n = s.len[layer];
+    if (n == 0) return;
+    const std::size_t off = offset(0, layer, h);
+    f(PagedBlock<T>{k_.data() + off, v_.data() + off, s.table.data(), cfg_.block_tokens, block_elems_, n,
+                    cfg_.head_dim, 0});
   }
 
   /// The view of one (sequence, layer): what a model's layer holds. Valid while the sequence lives.
@@ -311,13 +306,6 @@ class PagedPool {
   }
 
  private:
-  // Pages are scattered, and hardware prefetchers stop at each page's end: while page i is being
-  // read, this head's rows of page i + kPrefetchPages are requested into L2 (measured in bench_kv).
-  static constexpr std::size_t kPrefetchPages = 4;
-  static void prefetch(const T* p, std::size_t bytes) noexcept {
-    const char* c = reinterpret_cast<const char*>(p);
-    for (std::size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
-  }
   struct Seq {
     bool live = false;
     std::vector<BlockId> table;        // logical block → physical block
@@ -481,7 +469,7 @@ template <Element T = float>
 class PagedView {
  public:
   using element_type = T;
-  using block_type = DenseBlock<T>;
+  using block_type = PagedBlock<T>;
 
   PagedView(PagedPool<T>& pool, SeqId seq, std::size_t layer) noexcept : pool_(&pool), seq_(seq), layer_(layer) {}
 

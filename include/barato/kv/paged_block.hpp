@@ -1,0 +1,110 @@
+#pragma once
+/// \file
+/// `kv::PagedBlock<T>`: the block a paged cache (kv/paged.hpp) hands to attention for one KV head —
+/// all of the head's positions, whose rows live in pages of `page_rows` (B) rows reached through a
+/// page table: row r is at base + table[r / B]·page_stride + (r mod B)·stride. One block per head
+/// (instead of one per page) lets attention make one kernel call over every page.
+///
+/// Its `accumulate` overload (found by argument-dependent lookup) runs the fixed-dimension kernel
+/// (attention/fixed_dim_kernel.hpp, d = 64 / 128) across page boundaries through `PagedRowAddress`
+/// when every W-row tile lies inside one page (B a multiple of W = float lanes and r0 a multiple of
+/// W — what `attention::attend` asks for); it then produces bitwise the state of the same rows in one
+/// contiguous block. Otherwise (other d, B or r0) it folds page by page through the dense kernel.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "barato/attention/fixed_dim_kernel.hpp"
+#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/partial.hpp"
+#include "barato/core/dtype.hpp"
+#include "barato/kv/block.hpp"
+#include "barato/simd/arch.hpp"
+
+namespace barato::kv {
+
+template <Element T>
+struct PagedBlock {
+  using element_type = T;
+  const T* k = nullptr;                 ///< key rows of this head in physical page 0 (page p at k + p·page_stride)
+  const T* v = nullptr;                 ///< value rows, same layout
+  const std::uint32_t* table = nullptr;  ///< [⌈n / page_rows⌉] physical page of each logical page
+  std::size_t page_rows = 0;            ///< B: rows per page
+  std::size_t page_stride = 0;          ///< elements between consecutive physical pages
+  std::size_t n = 0;                    ///< rows in the block
+  std::size_t stride = 0;               ///< elements between consecutive rows of a page (≥ head_dim)
+  std::size_t pos0 = 0;                 ///< logical position of row 0
+
+  /// Logical pages spanned by the block.
+  [[nodiscard]] std::size_t pages() const noexcept { return (n + page_rows - 1) / page_rows; }
+  /// Logical page i as a dense block (rows [i·B, min(n, (i + 1)·B))).
+  [[nodiscard]] DenseBlock<T> page(std::size_t i) const noexcept {
+    const std::size_t off = table[i] * page_stride;
+    return {k + off, v + off, std::min(page_rows, n - i * page_rows), stride, pos0 + i * page_rows};
+  }
+};
+
+/// Row-address policy of a `PagedBlock` for `attention::accumulate_fixed_dim_rows`: one table look-up
+/// per W-row tile. Requires that no tile crosses a page (page_rows % W == 0, tiles start at multiples
+/// of W). While opening a chunk it prefetches this head's rows kPrefetchRows ahead into L2: pages are
+/// scattered, and hardware prefetchers stop at each page's end.
+template <Element T>
+struct PagedRowAddress {
+  using element_type = T;
+  static constexpr std::size_t kPrefetchRows = 64;  // 4 pages of 16 rows (measured in bench_kv)
+  const PagedBlock<T>& blk;
+  std::size_t stride;
+  template <std::size_t W, std::size_t R>
+  struct Cursor {
+    static constexpr std::size_t kRun = W;
+    const T* kt[R / W];  // first key row of each tile of the chunk
+    const T* vt[R / W];  // first value row of each tile
+    [[nodiscard]] const T* k(std::size_t t) const noexcept { return kt[t / W]; }
+    [[nodiscard]] const T* v(std::size_t t) const noexcept { return vt[t / W]; }
+  };
+  template <std::size_t W, std::size_t R>
+  [[nodiscard]] Cursor<W, R> chunk(std::size_t c0, std::size_t nr) const noexcept {
+    Cursor<W, R> cur;
+    const std::size_t B = blk.page_rows;
+    for (std::size_t t = 0, i = 0; t < nr; t += W, ++i) {
+      const std::size_t r = c0 + t;
+      const std::size_t off = blk.table[r / B] * blk.page_stride + (r % B) * stride;
+      cur.kt[i] = blk.k + off;
+      cur.vt[i] = blk.v + off;
+      const std::size_t ra = r + kPrefetchRows;
+      if (ra < blk.n) {
+        const std::size_t pa = blk.table[ra / B] * blk.page_stride + (ra % B) * stride;
+        const char* kc = reinterpret_cast<const char*>(blk.k + pa);
+        const char* vc = reinterpret_cast<const char*>(blk.v + pa);
+        for (std::size_t b = 0; b < W * stride * sizeof(T); b += 64) {  // the whole tile: a partial one does not start the streamer
+          __builtin_prefetch(kc + b, 0, 2);
+          __builtin_prefetch(vc + b, 0, 2);
+        }
+      }
+    }
+    return cur;
+  }
+};
+
+/// Folds rows [r0, r1) of a paged block into the partial states of the `g` query heads at q. Same
+/// contract as the dense `attention::accumulate`. Allocates nothing.
+template <class Arch = simd::DefaultArch, Element T>
+void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const PagedBlock<T>& blk, std::size_t r0,
+                std::size_t r1, float* o, attention::PartialStats* st) noexcept {
+  constexpr std::size_t W = simd::Batch<float, Arch>::size;
+  if (r0 >= r1) return;
+  if (attention::has_fixed_dim_kernel<Arch>(d) && blk.page_rows % W == 0 && r0 % W == 0) {
+    const PagedRowAddress<T> rows{blk, blk.stride};
+    if (d == 64) return attention::accumulate_fixed_dim_rows<64, Arch>(q, g, scale, rows, r0, r1, o, st);
+    return attention::accumulate_fixed_dim_rows<128, Arch>(q, g, scale, rows, r0, r1, o, st);
+  }
+  const std::size_t B = blk.page_rows;
+  for (std::size_t i = r0 / B; i * B < r1; ++i) {
+    const DenseBlock<T> pg = blk.page(i);
+    const std::size_t lo = std::max(r0, i * B) - i * B, hi = std::min(r1, i * B + pg.n) - i * B;
+    attention::accumulate<Arch>(q, g, d, scale, pg, lo, hi, o, st);
+  }
+}
+
+}  // namespace barato::kv
