@@ -99,7 +99,10 @@ class Cli {
       if (left.size() < 28) left.resize(28, ' ');
       else left += "  ";
       std::string body;  // continuation lines of a multi-line help text line up under its first line
-      for (const char c : text) body += c == '\n' ? std::string("\n") + std::string(28, ' ') : std::string(1, c);
+      for (const char c : text) {
+        body += c;
+        if (c == '\n') body.append(28, ' ');
+      }
       s += left + body + "\n";
     };
     for (const auto& o : opts_)

@@ -2,6 +2,7 @@
 // one layer (2 KV heads, GQA with 4 query heads), a few appended tokens, one decode step.
 // Exits 0 iff the output is a convex combination of the cached values, as attention must be.
 #include <barato/attention/attend.hpp>
+#include <barato/barato.hpp>  // the installed umbrella header must compile on its own
 #include <barato/kv/contiguous.hpp>
 
 #include <cmath>

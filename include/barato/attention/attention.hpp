@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// Umbrella header of barato/attention: includes every public header of the area.
+
+#include "barato/attention/attend.hpp"
+#include "barato/attention/cost.hpp"
+#include "barato/attention/eigen_baseline.hpp"
+#include "barato/attention/fixed_dim_kernel.hpp"
+#include "barato/attention/heads.hpp"
+#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/partial.hpp"
+#include "barato/attention/recompute.hpp"
+#include "barato/attention/rope.hpp"
+#include "barato/attention/small_dim_kernel.hpp"
+#include "barato/attention/split_k.hpp"

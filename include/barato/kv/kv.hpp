@@ -1,0 +1,14 @@
+#pragma once
+/// \file
+/// Umbrella header of barato/kv: includes every public header of the area.
+
+#include "barato/kv/block.hpp"
+#include "barato/kv/cache_policy.hpp"
+#include "barato/kv/contiguous.hpp"
+#include "barato/kv/growable.hpp"
+#include "barato/kv/memory.hpp"
+#include "barato/kv/paged.hpp"
+#include "barato/kv/paged_block.hpp"
+#include "barato/kv/prefix_cache.hpp"
+#include "barato/kv/quantized.hpp"
+#include "barato/kv/sliding_window.hpp"
