@@ -83,13 +83,7 @@ template <std::size_t D>
         t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0x88),
                              _mm512_shuffle_f32x4(x[2 * m], x[2 * m + 1], 0xDD));
     }
-    const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(t[0], t[1]), _mm512_unpackhi_ps(t[0], t[1]));
-    const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(t[2], t[3]), _mm512_unpackhi_ps(t[2], t[3]));
-    const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
-    // lane 4k + j of v holds row 4j + k
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, v);
+    return simd::detail::sum_row_chunks_avx512(t);
   }
 }
 

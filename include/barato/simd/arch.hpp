@@ -54,6 +54,23 @@ template <class T, class Arch>
 #endif
 }
 
+#if defined(__AVX512F__)
+namespace detail {
+/// Last stage of the AVX-512 transpose-add: 128-bit chunk k of t[m] holds 4 partial sums of row
+/// 4m + k (m, k < 4); returns the 16 row sums with row r in lane r. Shared by `reduce_add_rows` and
+/// the packed-row small-head-dim attention kernel.
+[[nodiscard]] inline __m512 sum_row_chunks_avx512(const __m512* t) noexcept {
+  const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(t[0], t[1]), _mm512_unpackhi_ps(t[0], t[1]));
+  const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(t[2], t[3]), _mm512_unpackhi_ps(t[2], t[3]));
+  const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
+  // lane 4k + j of v holds row 4j + k; put row r in lane r.
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, v);
+}
+}  // namespace detail
+#endif
+
 /// Reduces W = lanes batches to one batch whose lane i is the horizontal sum of `rows[i]`
 /// (a transpose-add). xsimd 8.1's `haddp` permutes lanes wrongly on AVX-512 (lane i of the result
 /// is not the sum of row i), so AVX-512 gets its own small intrinsics kernel, AVX/AVX2 (W = 8) a
@@ -71,13 +88,7 @@ template <class Arch>
     for (int m = 0; m < 4; ++m)  // chunk k of t[m] holds 4 partial sums of row 4m+k
       t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
                            _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
-    const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(t[0], t[1]), _mm512_unpackhi_ps(t[0], t[1]));
-    const __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(t[2], t[3]), _mm512_unpackhi_ps(t[2], t[3]));
-    const __m512 v = _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
-    // lane 4k + j of v holds row 4j + k; put row r in lane r.
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, v);
+    return detail::sum_row_chunks_avx512(t);
   } else
 #endif
 #if defined(__AVX__)
