@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "barato/kv/contiguous.hpp"
+#include "barato/kv/sliding_window.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -44,5 +45,29 @@ TEST_CASE("prefill (tiled attend over P queries) equals the reference, with and 
     std::vector<attention::PartialStats> stats(P * hq);
     attention::attend(q, past, cache, heads, out, stats, {.threads = threads});
     CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+  }
+}
+
+TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query to its own window") {
+  // P = 150 queries cross several 64-row tiles and the ring's wrap; each query must see its sinks and
+  // its last W positions only — the cache holds up to chunk − 1 older ones that must stay hidden.
+  for (const std::size_t d : {8, 64}) {
+    CAPTURE(d);
+    const std::size_t hq = 8, hkv = 2, W = 40, S = 3, P = 150, past = 90;
+    const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+    kv::SlidingWindow<float> cache({.n_kv_heads = hkv, .head_dim = d, .window = W, .sinks = S, .chunk = P});
+    const auto k = test::random_vector((past + P) * hkv * d, 14), v = test::random_vector((past + P) * hkv * d, 15);
+    cache.append(std::span<const float>(k).first(past * hkv * d), std::span<const float>(v).first(past * hkv * d));
+    cache.append(std::span<const float>(k).subspan(past * hkv * d), std::span<const float>(v).subspan(past * hkv * d));
+    const auto q = test::random_vector(P * hq * d, 16, -3.f, 3.f);
+    const auto ref = test::windowed_attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)), S, W);
+    const auto full = test::attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)));
+    CHECK(test::max_rel_diff(full, ref) > 1e-2);  // the window matters for these inputs
+    for (int threads : {1, 2}) {
+      std::vector<float> out(q.size());
+      std::vector<attention::PartialStats> stats(P * hq);
+      attention::attend(q, past, cache, heads, out, stats, {.threads = threads});
+      CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+    }
   }
 }

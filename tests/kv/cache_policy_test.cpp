@@ -183,6 +183,40 @@ TEST_CASE_TEMPLATE("cache contract: bad input and capacity errors leave the cach
     CHECK_THROWS_AS(c.append(big, big), capacity_error);  // 40 + 60 > 96
     unchanged();
   }
+  if constexpr (requires { c.max_append(); }) {  // optional member: more than max_append() tokens at once
+    const auto big = test::random_vector((c.max_append() + 1) * kHeads * kDim, 24);
+    CHECK_THROWS_AS(c.append(big, big), shape_error);
+    unchanged();
+  }
+}
+
+TEST_CASE("AttentionWindow::visible_rows: the sub-ranges are exactly the rows the mask lets through") {
+  // Brute force over small blocks: row r of a block at pos0 is visible to the query at p (p ≥ every
+  // row) iff pos0 + r < S or p − (pos0 + r) < W; the callback ranges must cover exactly those rows,
+  // in increasing disjoint order.
+  std::size_t cases = 0;
+  for (std::size_t S : {0, 1, 3})
+    for (std::size_t W : {1, 2, 5})
+      for (std::size_t pos0 = 0; pos0 < 8; ++pos0)
+        for (std::size_t a = 0; a < 6; ++a)
+          for (std::size_t b = a; b <= 6; ++b)
+            for (std::size_t p = pos0 + (b == 0 ? 0 : b - 1); p < pos0 + 14; ++p) {
+              const kv::AttentionWindow win{.sinks = S, .window = W};
+              std::vector<std::size_t> got, want;
+              std::size_t last_end = 0;
+              bool ordered = true;
+              win.visible_rows(p, pos0, a, b, [&](std::size_t lo, std::size_t hi) {
+                ordered = ordered && lo < hi && lo >= last_end && lo >= a && hi <= b;
+                last_end = hi;
+                for (std::size_t r = lo; r < hi; ++r) got.push_back(r);
+              });
+              for (std::size_t r = a; r < b; ++r)
+                if (pos0 + r < S || p - (pos0 + r) < W) want.push_back(r);
+              CHECK(ordered);
+              CHECK(got == want);
+              ++cases;
+            }
+  CHECK(cases > 1000);
 }
 
 TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention over a contiguous copy", F,

@@ -83,7 +83,8 @@ struct WindowFixture {
   static constexpr bool kBounded = false;  // never full: it evicts
   static constexpr bool kExactAttention = false;
   Cache c;
-  WindowFixture(std::size_t h, std::size_t d, std::size_t /*cap*/) : c(h, d, Window, Sinks) {}
+  // chunk = cap: the contract appends up to 60 tokens at once (windows stay exact for any of them)
+  WindowFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, Window, Sinks, cap) {}
   Cache& cache() { return c; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
   static double element_error(double) { return 0.0; }

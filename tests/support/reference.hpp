@@ -13,10 +13,13 @@ namespace barato::test {
 inline constexpr double kFp32RelTol = 1e-5;   // fp32 kernels vs double reference (relative, vs max |ref|)
 inline constexpr double kFp32AbsTol = 1e-6;
 
-/// Causal multi-head attention in double: q [n_q_tok, Hq, d] at positions p0.., k/v [n_kv_tok, Hkv, d].
-inline std::vector<float> attention_ref(const std::vector<float>& q, const std::vector<float>& k,
-                                        const std::vector<float>& v, std::size_t hq, std::size_t hkv, std::size_t d,
-                                        std::size_t p0, double scale) {
+/// Windowed causal multi-head attention in double (StreamingLLM mask): the query at position p sees
+/// the positions j ≤ p with j < sinks or p − j < window. q [n_q_tok, Hq, d] at positions p0..,
+/// k/v [n_kv_tok, Hkv, d] for positions 0...
+inline std::vector<float> windowed_attention_ref(const std::vector<float>& q, const std::vector<float>& k,
+                                                 const std::vector<float>& v, std::size_t hq, std::size_t hkv,
+                                                 std::size_t d, std::size_t p0, double scale, std::size_t sinks,
+                                                 std::size_t window) {
   const std::size_t nq = q.size() / (hq * d);
   const std::size_t g = hq / hkv;
   std::vector<float> out(q.size(), 0.0f);
@@ -27,6 +30,10 @@ inline std::vector<float> attention_ref(const std::vector<float>& q, const std::
       std::vector<double> s(pos + 1);
       double m = -INFINITY;
       for (std::size_t j = 0; j <= pos; ++j) {
+        if (!(j < sinks || pos - j < window)) {  // masked: weight exp(−inf) = 0
+          s[j] = -INFINITY;
+          continue;
+        }
         double acc = 0;
         for (std::size_t c = 0; c < d; ++c) acc += double(q[(t * hq + h) * d + c]) * double(k[(j * hkv + kh) * d + c]);
         s[j] = acc * scale;
@@ -42,6 +49,13 @@ inline std::vector<float> attention_ref(const std::vector<float>& q, const std::
     }
   }
   return out;
+}
+
+/// Causal multi-head attention in double: q [n_q_tok, Hq, d] at positions p0.., k/v [n_kv_tok, Hkv, d].
+inline std::vector<float> attention_ref(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, std::size_t hq, std::size_t hkv, std::size_t d,
+                                        std::size_t p0, double scale) {
+  return windowed_attention_ref(q, k, v, hq, hkv, d, p0, scale, 0, static_cast<std::size_t>(-1));
 }
 
 /// n values uniform in [lo, hi) from a seeded generator.

@@ -3,6 +3,10 @@
 /// One attention code path over every KV cache policy: queries for consecutive positions
 /// p0, p0+1, … attend causally to the cache (query at position p sees cached positions ≤ p).
 /// Decode is one query (p0 = size − 1); prefill is P queries after their K/V were appended.
+/// A windowed cache (`kv::WindowedCache`, e.g. kv::SlidingWindow) adds a per-query lower bound: the
+/// query at p sees only p' < sinks or p' > p − window, applied as a clip of each (query, tile) row
+/// range, so every query of a multi-token chunk gets exactly its own window. Other caches compile to
+/// the plain causal walk.
 /// For each KV head, the cache's blocks are visited once in position order and split into tiles of
 /// `kPrefillTileRows`; every query of the chunk folds the visible part of the tile into its partial
 /// state (flash-style tiling: the tile stays in L1 across queries, and no P×P matrix exists — the
@@ -48,7 +52,8 @@ inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n
 }
 }  // namespace detail
 
-/// Causal attention of `q` ([n_tok, H_q, d]) for positions p0 … p0+n_tok−1 against `cache`, written
+/// Causal attention of `q` ([n_tok, H_q, d]) for positions p0 … p0+n_tok−1 against `cache` (windowed
+/// per query when the cache is a `kv::WindowedCache`), written
 /// to `out` ([n_tok, H_q, d]). `stats` is caller scratch of ≥ n_tok·H_q entries (so the caller's
 /// allocator sees it). Requires p0 + n_tok ≤ cache.size() (the queries' own K/V are appended first).
 /// Throws `shape_error` on any mismatch. Allocates nothing.
@@ -63,6 +68,8 @@ void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const 
   const float scale = opt.scale != 0.0f ? opt.scale : heads.default_scale();
   const std::size_t g = heads.group();
   const std::size_t row = heads.q_dim();
+  [[maybe_unused]] kv::AttentionWindow window{};
+  if constexpr (kv::WindowedCache<Cache>) window = cache.attention_window();
 
   std::fill(out.begin(), out.end(), 0.0f);
   std::fill(stats.begin(), stats.begin() + static_cast<std::ptrdiff_t>(n_tok * heads.n_q), PartialStats{});
@@ -78,8 +85,15 @@ void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const 
             const std::size_t pos = p0 + t;
             if (pos < blk.pos0 + a) continue;  // the whole tile is in this query's future
             const std::size_t end = std::min(b, pos - blk.pos0 + 1);
-            accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, a, end, out.data() + t * row + col,
-                             stats.data() + t * heads.n_q + h * g);
+            float* o = out.data() + t * row + col;
+            PartialStats* st = stats.data() + t * heads.n_q + h * g;
+            if constexpr (kv::WindowedCache<Cache>) {  // clip from below: sinks + this query's last W positions
+              window.visible_rows(pos, blk.pos0, a, end, [&](std::size_t lo, std::size_t hi) {
+                accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, lo, hi, o, st);
+              });
+            } else {
+              accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, a, end, o, st);
+            }
           }
         }
       });

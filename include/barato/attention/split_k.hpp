@@ -7,7 +7,8 @@
 /// merged with `attention::merge` (partial.hpp) and normalised. Decode of one sequence has only
 /// H_kv independent streams otherwise — one for MQA — which cannot keep several cores busy.
 ///
-/// The result equals `attention::decode` up to fp32 summation order. The partial states live in a
+/// The result equals `attention::decode` up to fp32 summation order (including the per-query window
+/// of a `kv::WindowedCache`). The partial states live in a
 /// `SplitKWorkspace` sized at construction, so a step allocates nothing.
 
 #include <algorithm>
@@ -115,7 +116,15 @@ void decode_split_k(std::span<const float> q, const Cache& cache, const Heads& h
       cache.for_each_block(h, [&](const auto& blk) {
         const std::size_t a = std::max(lo, blk.pos0);
         const std::size_t b = std::min(hi, blk.pos0 + blk.n);
-        if (a < b) accumulate<Arch>(q.data() + h * g * d, g, d, scale, blk, a - blk.pos0, b - blk.pos0, o, st);
+        if (a >= b) return;
+        if constexpr (kv::WindowedCache<Cache>) {  // the newest query's sinks + last W positions only
+          cache.attention_window().visible_rows(n - 1, blk.pos0, a - blk.pos0, b - blk.pos0,
+                                                 [&](std::size_t r0, std::size_t r1) {
+                                                   accumulate<Arch>(q.data() + h * g * d, g, d, scale, blk, r0, r1, o, st);
+                                                 });
+        } else {
+          accumulate<Arch>(q.data() + h * g * d, g, d, scale, blk, a - blk.pos0, b - blk.pos0, o, st);
+        }
       });
     }
   });

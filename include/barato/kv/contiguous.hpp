@@ -47,12 +47,8 @@ class Contiguous {
   /// mismatched spans and `capacity_error` past capacity; in both cases the cache is unchanged.
   void append(std::span<const float> k, std::span<const float> v) {
     const std::size_t row = n_kv_heads_ * head_dim_;
-    require(k.size() == v.size(), "kv::Contiguous::append: k has ", k.size(), " floats but v has ", v.size());
-    require(k.size() % row == 0, "kv::Contiguous::append: expected a multiple of n_kv_heads*head_dim = ", row,
-            " floats, got ", k.size());
-    const std::size_t n_new = k.size() / row;
-    require<capacity_error>(size_ + n_new <= capacity_, "kv::Contiguous::append: ", n_new, " tokens do not fit: size ",
-                            size_, ", capacity ", capacity_);
+    const std::size_t n_new = detail::append_tokens("kv::Contiguous::append", k.size(), v.size(), row);
+    detail::require_room("kv::Contiguous::append", n_new, size_, capacity_);
     for (std::size_t t = 0; t < n_new; ++t) {
       for (std::size_t h = 0; h < n_kv_heads_; ++h) {
         const std::size_t dst = (h * capacity_ + size_ + t) * head_dim_;

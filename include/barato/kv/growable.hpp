@@ -67,12 +67,8 @@ class Growable {
   /// resource throws, the exception propagates. In every case the cache is unchanged.
   void append(std::span<const float> k, std::span<const float> v) {
     const std::size_t row = cfg_.n_kv_heads * cfg_.head_dim;
-    require(k.size() == v.size(), "kv::Growable::append: k has ", k.size(), " floats but v has ", v.size());
-    require(k.size() % row == 0, "kv::Growable::append: expected a multiple of n_kv_heads*head_dim = ", row,
-            " floats, got ", k.size());
-    const std::size_t n_new = k.size() / row;
-    require<capacity_error>(cfg_.max_tokens == 0 || size_ + n_new <= cfg_.max_tokens, "kv::Growable::append: ", n_new,
-                            " tokens do not fit: size ", size_, ", max_tokens ", cfg_.max_tokens);
+    const std::size_t n_new = detail::append_tokens("kv::Growable::append", k.size(), v.size(), row);
+    if (cfg_.max_tokens != 0) detail::require_room("kv::Growable::append", n_new, size_, cfg_.max_tokens, "max_tokens");
     reserve(size_ + n_new);
     for (std::size_t t = 0; t < n_new; ++t) {
       const std::size_t pos = size_ + t;

@@ -226,10 +226,7 @@ class PagedPool {
     check_layer(layer);
     const std::size_t d = cfg_.head_dim, H = cfg_.n_kv_heads, B = cfg_.block_tokens;
     const std::size_t row = H * d;
-    require(k.size() == v.size(), "kv::PagedPool::append: k has ", k.size(), " floats but v has ", v.size());
-    require(k.size() % row == 0, "kv::PagedPool::append: expected a multiple of n_kv_heads*head_dim = ", row,
-            " floats, got ", k.size());
-    const std::size_t n_new = k.size() / row;
+    const std::size_t n_new = detail::append_tokens("kv::PagedPool::append", k.size(), v.size(), row);
     if (n_new == 0) return;
     const std::size_t p0 = s.len[layer], p1 = p0 + n_new;
     const std::size_t first = p0 / B, last = (p1 - 1) / B;  // logical blocks written

@@ -263,12 +263,8 @@ class Quantized {
   /// `shape_error` / `capacity_error`; the cache is unchanged in both cases.
   void append(std::span<const float> k, std::span<const float> v) {
     const std::size_t row = n_kv_heads_ * head_dim_;
-    require(k.size() == v.size(), "kv::Quantized::append: k has ", k.size(), " floats but v has ", v.size());
-    require(k.size() % row == 0, "kv::Quantized::append: expected a multiple of n_kv_heads*head_dim = ", row,
-            " floats, got ", k.size());
-    const std::size_t n_new = k.size() / row;
-    require<capacity_error>(size_ + n_new <= capacity_, "kv::Quantized::append: ", n_new, " tokens do not fit: size ",
-                            size_, ", capacity ", capacity_);
+    const std::size_t n_new = detail::append_tokens("kv::Quantized::append", k.size(), v.size(), row);
+    detail::require_room("kv::Quantized::append", n_new, size_, capacity_);
     for (std::size_t t = 0; t < n_new; ++t) {
       for (std::size_t h = 0; h < n_kv_heads_; ++h) {
         const std::size_t slot = h * capacity_ + size_ + t;
