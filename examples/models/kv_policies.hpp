@@ -7,7 +7,9 @@
 ///   growable[:C]     kv::Growable<float>, chunks of C positions (default 64)
 ///   paged[:B]        kv::PagedView<float> of one kv::PagedPool (all layers per block, B tokens per block,
 ///                    default 16), pool of ⌈capacity / B⌉ blocks
-///   window:W[,S]     kv::SlidingWindow<float>, last W positions + S attention sinks (default 4)
+///   window:W[,S]     kv::SlidingWindow<float>, last W positions + S attention sinks (default 4); built for
+///                    appends of `max_chunk` tokens (the decoder's prefill chunk), so every query of a
+///                    chunk sees exactly its own window: chunked prefill equals token-by-token decoding
 ///   int8 | int4      kv::Quantized<Int8> / <Int4>: codes + one fp32 scale per token and KV head
 ///   k8v4             kv::Quantized<Int8, Int4>: 8-bit keys, 4-bit values
 ///
@@ -52,11 +54,12 @@ std::vector<Cache> per_layer(const LlamaConfig& c, const Args&... args) {
 }  // namespace detail
 
 /// Builds the per-layer caches `spec` names (for `config`'s KV heads, room for `capacity` positions
-/// where the policy is bounded, memory from `mr`) and returns `f(std::vector<Cache>)`. Throws
+/// where the policy is bounded, memory from `mr`, windows exact for appends of up to `max_chunk`
+/// tokens — pass the decoder's LlamaOptions::max_chunk) and returns `f(std::vector<Cache>)`. Throws
 /// `barato::value_error` for an unknown or malformed spec.
 template <class F>
 decltype(auto) with_kv_policy(std::string_view spec, const LlamaConfig& config, std::size_t capacity,
-                              std::pmr::memory_resource* mr, F&& f) {
+                              std::pmr::memory_resource* mr, F&& f, std::size_t max_chunk = LlamaOptions{}.max_chunk) {
   namespace kv = barato::kv;
   const std::size_t H = config.n_kv_heads, d = config.head_dim;
   const auto colon = spec.find(':');
@@ -91,7 +94,7 @@ decltype(auto) with_kv_policy(std::string_view spec, const LlamaConfig& config, 
     const std::size_t W = detail::parse_kv_number(arg.substr(0, comma), spec);
     const std::size_t S = comma == std::string_view::npos ? 4 : detail::parse_kv_number(arg.substr(comma + 1), spec);
     return f(detail::per_layer<kv::SlidingWindow<float>>(
-        config, kv::SlidingWindowConfig{.n_kv_heads = H, .head_dim = d, .window = W, .sinks = S}, mr));
+        config, kv::SlidingWindowConfig{.n_kv_heads = H, .head_dim = d, .window = W, .sinks = S, .chunk = max_chunk}, mr));
   }
   if (name == "int8") {
     no_arg();

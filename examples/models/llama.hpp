@@ -331,7 +331,8 @@ template <barato::Element T = float>
 /// Options of a `Llama` instance (designated initialisers).
 struct LlamaOptions {
   int threads = 1;               ///< threads for matrix products and attention (over KV heads)
-  std::size_t max_chunk = 128;   ///< tokens per prefill chunk (activation buffers are sized for it)
+  std::size_t max_chunk = 128;   ///< tokens per prefill chunk (activation buffers are sized for it); lowered
+                                 ///< to the caches' max_append() when they report one (kv/cache_policy.hpp)
   std::size_t max_positions = 0; ///< RoPE table size; 0 = config.seq_len
   std::pmr::memory_resource* mr = std::pmr::get_default_resource();  ///< activation buffers + RoPE table
 };
@@ -353,7 +354,7 @@ class Llama {
       : w_(&weights), caches_(std::move(caches)), opt_(opt), cfg_(weights.config),
         rope_(cfg_.head_dim, opt.max_positions != 0 ? opt.max_positions : cfg_.seq_len,
               barato::attention::RopeConfig{cfg_.rope_base, cfg_.rope_style, 0}, opt.mr),
-        chunk_(std::max<std::size_t>(opt.max_chunk, 1)),
+        chunk_(chunk_for(opt.max_chunk, caches_)),
         x_(chunk_ * cfg_.dim, opt.mr), xn_(chunk_ * cfg_.dim, opt.mr), q_(chunk_ * cfg_.q_dim(), opt.mr),
         k_(chunk_ * cfg_.kv_dim(), opt.mr), v_(chunk_ * cfg_.kv_dim(), opt.mr), att_(chunk_ * cfg_.q_dim(), opt.mr),
         o_(chunk_ * cfg_.dim, opt.mr), h1_(chunk_ * cfg_.hidden_dim, opt.mr), h3_(chunk_ * cfg_.hidden_dim, opt.mr),
@@ -531,6 +532,15 @@ class Llama {
   }
 
   static void add_into(float* x, const float* y, std::size_t n) noexcept { barato::simd::axpy(1.0f, y, x, n); }
+
+  /// Tokens per chunk: `max_chunk` (≥ 1), at most what one append of the caches accepts when the policy
+  /// limits it (kv::SlidingWindow keeps windows exact only for appends of ≤ its configured chunk).
+  static std::size_t chunk_for(std::size_t max_chunk, const std::vector<Cache>& caches) {
+    std::size_t c = std::max<std::size_t>(max_chunk, 1);
+    if constexpr (requires(const Cache& k) { { k.max_append() } -> std::convertible_to<std::size_t>; })
+      for (const auto& k : caches) c = std::min<std::size_t>(c, std::max<std::size_t>(k.max_append(), 1));
+    return c;
+  }
 
   const LlamaWeights<Linear>* w_;
   std::shared_ptr<const LlamaWeights<Linear>> owner_;  // set when constructed from a shared_ptr

@@ -127,7 +127,7 @@ int tool_main(int argc, const char* const* argv) {
   };
   PerplexityResult r;
   try {
-    r = with_kv_policy(kv, w.config, w.config.seq_len, std::pmr::get_default_resource(), score);
+    r = with_kv_policy(kv, w.config, w.config.seq_len, std::pmr::get_default_resource(), score, kChunk);
   } catch (const barato::value_error& e) {
     if (std::string_view(e.what()).starts_with("--kv")) throw CliError(e.what());
     throw;

@@ -1,7 +1,8 @@
 // The example model on every KV cache policy (examples/models/kv_policies.hpp, the tools' --kv flag):
 // greedy generation on stories260K gives identical tokens with contiguous, growable and paged
 // caches (and equals run.c's reference ids); prefix sharing lets a second request skip prefill and
-// still produce the same logits; quantized and windowed caches run and are measured elsewhere.
+// still produce the same logits; a sliding window (window:W,S) prefilled in chunks equals feeding the
+// same tokens one at a time and the windowed scalar reference; quantized caches are measured elsewhere.
 #include "models/kv_policies.hpp"
 
 #include <doctest/doctest.h>
@@ -14,12 +15,21 @@
 #include "models/generate.hpp"
 #include "models/llama.hpp"
 #include "models/llama2c.hpp"
+#include "models/speculative.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/llama_reference.hpp"
+#include "support/reference.hpp"
 #include "support/reference_file.hpp"
 
 namespace fs = std::filesystem;
 using namespace barato_examples;
+
+namespace {
+/// Logits of a windowed model vs token-by-token / the double-precision reference (relative to the
+/// largest |logit|): fp32 summation-order differences through 5 layers, as for the full-cache model.
+constexpr double kWindowLogitRelTol = 2e-5;
+}  // namespace
 
 TEST_CASE("kv policies: greedy tokens on stories260K are identical across contiguous, growable and paged") {
   const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
@@ -91,4 +101,87 @@ TEST_CASE("kv policies: a request admitted with a cached prefix skips its prefil
   fresh.forward_last(b, lf);
   CHECK(lb == lf);
   CHECK(pool.prefix_stats().tokens_saved == cached);
+}
+
+TEST_CASE("kv policies: window:W,S prefilled in chunks equals token-by-token decoding and the windowed reference") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto w = load_llama2c(dir / "stories260K/stories260K.bin");
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", w.config.vocab_size);
+  const std::size_t W = 16, S = 4, V = w.config.vocab_size;
+  const std::string spec = "window:16,4";
+  const auto prompt = tok.encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog, "
+      "Max. One day, Lily and Max saw a big red ball under a tree. Lily wanted to take the ball home, but her "
+      "mom said they should find who lost it first.",
+      true);
+  REQUIRE(prompt.size() > 4 * W);  // the window slides many times during the prefill
+  struct Run {
+    std::vector<float> logits;     // [prompt, vocab]: forward over the whole prompt
+    std::vector<Token> generated;  // greedy continuation after a forward_last prefill
+  };
+  // `cache_chunk`: the appends the caches are built for; `model_chunk`: LlamaOptions::max_chunk.
+  const auto run = [&](std::size_t cache_chunk, std::size_t model_chunk, std::size_t expect_chunk) {
+    return with_kv_policy(
+        spec, w.config, w.config.seq_len, std::pmr::get_default_resource(),
+        [&](auto caches) {
+          Llama<typename decltype(caches)::value_type> m(w, std::move(caches), {.max_chunk = model_chunk});
+          CHECK(m.max_chunk() == expect_chunk);  // never more than one append of the window accepts
+          Run r;
+          r.logits.resize(prompt.size() * V);
+          m.forward(prompt, r.logits);
+          std::vector<float> logits(V);
+          r.generated = generate(m, prompt, {.steps = prompt.size() + 60}, logits).generated;
+          return r;
+        },
+        cache_chunk);
+  };
+  const Run one = run(1, 128, 1);  // built for single-token appends: the model feeds one token at a time
+  REQUIRE(one.generated.size() > 1);
+
+  // Oracle: the scalar reference with the StreamingLLM mask, one token at a time.
+  barato::test::LlamaReference ref(w, S, W);
+  std::vector<float> ref_logits;
+  for (const Token t : prompt) {
+    const auto l = ref.step(t);
+    ref_logits.insert(ref_logits.end(), l.begin(), l.end());
+  }
+  CHECK(barato::test::max_rel_diff(one.logits, ref_logits) < kWindowLogitRelTol);
+  // ... and it differs from full attention, so the window is really in effect
+  barato::test::LlamaReference full(w);
+  std::vector<float> full_logits;
+  for (const Token t : prompt) {
+    const auto l = full.step(t);
+    full_logits.insert(full_logits.end(), l.begin(), l.end());
+  }
+  CHECK(barato::test::max_rel_diff(full_logits, ref_logits) > 1e-3);
+
+  for (const auto& chunks : {std::pair<std::size_t, std::size_t>{128, 128}, {7, 7}, {5, 16}, {128, 13}}) {
+    const std::size_t cache_chunk = chunks.first, model_chunk = chunks.second;  // (clang 14 cannot capture bindings)
+    const std::size_t expect = std::min(cache_chunk, model_chunk);
+    CAPTURE(cache_chunk);
+    CAPTURE(model_chunk);
+    const Run r = run(cache_chunk, model_chunk, expect);
+    CHECK(barato::test::max_rel_diff(r.logits, ref_logits) < kWindowLogitRelTol);
+    CHECK(barato::test::max_rel_diff(r.logits, one.logits) < kWindowLogitRelTol);
+    CHECK(r.generated == one.generated);
+  }
+
+  // Speculative decoding verifies γ + 1 tokens in one forward and rolls the rejected ones back: with
+  // caches built for chunks ≥ γ + 1 the windows stay exact, so the output is plain greedy's.
+  for (const std::size_t cache_chunk : {5, 128}) {
+    CAPTURE(cache_chunk);
+    const std::size_t gamma = 4;
+    for (const std::string draft : {"ngram", "int8"}) {
+      CAPTURE(draft);
+      const auto spec_tokens = with_kv_policy(
+          spec, w.config, w.config.seq_len, std::pmr::get_default_resource(),
+          [&](auto caches) {
+            Llama<typename decltype(caches)::value_type> m(w, std::move(caches));
+            return generate_speculative(m, w, parse_draft(draft), prompt, {.steps = prompt.size() + 60}, gamma).generated;
+          },
+          cache_chunk);
+      CHECK(spec_tokens == one.generated);
+    }
+  }
 }

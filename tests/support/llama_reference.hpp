@@ -13,7 +13,11 @@ namespace barato::test {
 
 class LlamaReference {
  public:
-  explicit LlamaReference(const barato_examples::LlamaWeights<barato::nn::DenseLinear>& w) : w_(w), c_(w.config) {
+  /// Full causal attention, or with `sinks`/`window` set, the StreamingLLM window: the query at p sees
+  /// positions t ≤ p with t < sinks or p − t < window.
+  explicit LlamaReference(const barato_examples::LlamaWeights<barato::nn::DenseLinear>& w, std::size_t sinks = 0,
+                          std::size_t window = static_cast<std::size_t>(-1))
+      : w_(w), c_(w.config), sinks_(sinks), window_(window) {
     kc_.resize(c_.n_layers);
     vc_.resize(c_.n_layers);
   }
@@ -45,6 +49,10 @@ class LlamaReference {
         std::vector<double> s(pos_ + 1);
         double m = -INFINITY;
         for (std::size_t t = 0; t <= pos_; ++t) {
+          if (!(t < sinks_ || pos_ - t < window_)) {  // outside the window: weight exp(−inf) = 0
+            s[t] = -INFINITY;
+            continue;
+          }
           double a = 0;
           for (std::size_t i = 0; i < hd; ++i) a += double(q[h * hd + i]) * double(kc_[l][t * kd + kh * hd + i]);
           s[t] = a / std::sqrt(double(hd));
@@ -108,6 +116,7 @@ class LlamaReference {
 
   const barato_examples::LlamaWeights<barato::nn::DenseLinear>& w_;
   barato_examples::LlamaConfig c_;
+  std::size_t sinks_, window_;               // attention mask (window_ = max: full causal)
   std::vector<std::vector<float>> kc_, vc_;  // per layer: [pos, kv_dim]
   std::size_t pos_ = 0;
 };
