@@ -41,16 +41,21 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
     const auto scale = ref::abs_matvec(w_hat, rows, cols, x.data() + t * cols);
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y, 1);
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y2, 2);
-    // The VNNI kernel rounds x to 15-bit fixed point per 128-column block: add that rounding's bound.
+    // The VNNI kernels round x to 15-bit fixed point per 128-column block (and the table kernel the
+    // levels to 16-bit fixed point): add those roundings' bounds.
     std::vector<double> fixed_point_bound(rows, 0.0);
-    if (kernel == "avx512-vnni") {
+    if (kernel == "avx512-vnni" || kernel == "avx512-vnni-lut16") {
+      double level_half_step = 0.0;  // per unit of scale
+      if constexpr (kUseVnniLut16<Arch, F>) level_half_step = 0.5 / double(RowKernel<Arch, F>::kLevelScale);
       const float* xt = x.data() + t * cols;
       for (std::size_t b = 0; b + 128 <= cols; b += 128) {
-        double m = 0;
-        for (std::size_t c = b; c < b + 128; ++c) m = std::max(m, std::fabs(double(xt[c])));
-        const double half_step = 0.5 * m / kVnniFixedMax * (1 + 1e-6);
+        double xmax = 0;
+        for (std::size_t c = b; c < b + 128; ++c) xmax = std::max(xmax, std::fabs(double(xt[c])));
+        const double half_step = 0.5 * xmax / kVnniFixedMax * (1 + 1e-6);
         for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = b; c < b + 128; ++c) fixed_point_bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step;
+          for (std::size_t c = b; c < b + 128; ++c)
+            fixed_point_bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step +
+                                    double(m.view().scale(r, c)) * level_half_step * (std::fabs(double(xt[c])) + half_step);
       }
     }
     for (std::size_t r = 0; r < rows; ++r) {
@@ -83,7 +88,7 @@ TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format 
 }
 
 TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the portable kernel", F, Int8PerRow<>,
-                   Int4Group<128>) {
+                   Int4Group<128>, Nf4<64>) {
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
@@ -102,7 +107,8 @@ TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them"
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == (vnni ? "avx512-vnni" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<32, float>>::kName) == "avx512-int8");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<32>>::kName) == "avx512-lut16");
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == "avx512-lut16");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<4, PerGroup<40>>>::kName) == "xsimd");
   }
 }

@@ -5,7 +5,8 @@
 /// portable xsimd kernel: it decodes up to 256 codes of a scale group into a small stack buffer of
 /// levels and takes an xsimd dot product with x, then multiplies by the group's scale. Faster kernels
 /// for particular instruction families are partial specializations selected by the arch type
-/// (quant/avx512.hpp: int8 widening and a 16-entry lookup table for all 4-bit formats).
+/// (quant/avx512.hpp: int8 widening and a 16-entry lookup table for 4-bit formats; quant/vnni.hpp and
+/// quant/vnni_lut16.hpp: integer dot products on fixed-point activations).
 ///
 /// A kernel first `prepare`s the activation vector once per product (its `Activation` type: the fp32
 /// vector itself for the fp32 kernels, a fixed-point copy for the VNNI kernel), then computes
@@ -81,8 +82,16 @@ template <class Arch, class F>
 inline constexpr bool kUseVnni = kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } &&
                                  (F::kCodeBits == 8 || F::kCodeBits == 4) && F::granularity::kGroup % 128 == 0;
 
+/// The VNNI table kernel (quant/vnni_lut16.hpp) serves the other 4-bit formats whose scale groups
+/// are multiples of 64 columns: NF4 and AbsMax 4-bit with 64-column groups.
+template <class Arch, class F>
+inline constexpr bool kUseVnniLut16 = kVnniCompiled && simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 &&
+                                      F::granularity::kGroup != 0 && F::granularity::kGroup % 64 == 0 &&
+                                      !kUseVnni<Arch, F>;
+
 }  // namespace barato::quant
 
 // arch-selected specializations
 #include "barato/quant/avx512.hpp"
 #include "barato/quant/vnni.hpp"
+#include "barato/quant/vnni_lut16.hpp"

@@ -1,0 +1,183 @@
+#pragma once
+/// \file
+/// The AVX-512 VNNI specialization of `quant::RowKernel` for 4-bit formats with scale groups of 64·k
+/// columns that the integer VNNI kernel (quant/vnni.hpp) does not take: NF4 (a codebook of 16
+/// irrational levels, QLoRA) and AbsMax 4-bit with 64-column groups.
+///
+/// Why: the fp32 table kernel (quant/avx512.hpp) spends a lane-crossing `vpermps` per 16 weights,
+/// which is the slow part on one core (NF4 ran at ~24 G weights/s from cache). Here the table lookup
+/// is an in-lane byte shuffle (`vpshufb`, 64 codes per instruction) and the multiply-add is
+/// `vpdpwssd` (32 int16 products per instruction):
+///  - the 16 levels become 16-bit fixed point, L16 = round(level · kLevelScale) with
+///    kLevelScale = 8192 / max |level| (NF4: 8192; AbsMax int4: 1024, exact); their low and high
+///    bytes are two shuffle tables, and interleaving the two shuffles gives the int16 weights;
+///  - `prepare` turns x into 15-bit fixed point per 128-column block (as the VNNI kernel does:
+///    x ≈ sx_b · x16, |x16| ≤ 16383) stored as int16 in the order the interleave produces;
+///  - per 128-column chunk four `vpdpwssd` give 16 int32 lane sums; with the 4-bit layout
+///    (quant/format.hpp) even lanes hold columns of the chunk's first 64 and odd lanes the last 64,
+///    so one multiply by [s_first, s_second, …] · sx_b / kLevelScale applies both groups' scales.
+///    |L16·x16| < 2^27 and a lane adds 8 products per chunk: no int32 overflow.
+/// Error against the exact product of the dequantized row: the level rounding (≤ scale / (2·kLevelScale)
+/// per weight; 6·10⁻⁵ of the group's absmax for NF4, 0 for AbsMax int4) plus the rounding of x
+/// (≤ sx_b / 2 per element). Columns past the last full 128-chunk are done in fp32.
+/// `prepare` needs cols ≤ kMaxCols (the planes live on the caller's stack); wider matrices take the
+/// fp32 kernels. x must be finite.
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "barato/core/dtype.hpp"
+#include "barato/quant/avx512_tails.hpp"
+#include "barato/quant/format.hpp"
+#include "barato/quant/quantized_matrix.hpp"
+#include "barato/quant/row_kernel.hpp"
+#include "barato/simd/arch.hpp"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+
+namespace barato::quant {
+
+/// x as int16 fixed point per 128-column block, in the kernel's column order. ~33 KiB; lives on the
+/// stack of the caller of gemv.
+struct VnniLut16Activation {
+  static constexpr std::size_t kBlock = 128;
+  static constexpr std::size_t kMaxCols = 16384;
+  static constexpr int kFixedMax = 16383;
+  alignas(64) std::int16_t x16[kMaxCols];  // [blocks · 128] kernel order (see `RowKernel::slot`)
+  float sx[kMaxCols / kBlock];             // [blocks] fixed-point step of each block
+  const float* x = nullptr;                // [cols] the fp32 vector (tail columns)
+  std::size_t cols = 0, blocks = 0;        // blocks = cols / 128 (full blocks only)
+};
+
+template <class Arch, Format F>
+  requires(kUseVnniLut16<Arch, F>)
+struct RowKernel<Arch, F> {
+  static constexpr const char* kName = "avx512-vnni-lut16";
+  using Activation = VnniLut16Activation;
+  static constexpr std::size_t kMaxCols = VnniLut16Activation::kMaxCols;
+  static constexpr std::size_t kGroup = F::granularity::kGroup;
+
+  /// Largest |level| of the format's 16 codes.
+  static constexpr float max_level() noexcept {
+    float m = 0.f;
+    for (unsigned k = 0; k < 16; ++k) {
+      const float a = F::level(static_cast<std::uint8_t>(k)) < 0 ? -F::level(static_cast<std::uint8_t>(k))
+                                                                 : F::level(static_cast<std::uint8_t>(k));
+      m = a > m ? a : m;
+    }
+    return m;
+  }
+  /// Fixed-point factor of the levels: the largest |level| maps to 8192.
+  static constexpr float kLevelScale = 8192.0f / max_level();
+
+  /// The shuffle tables: byte `hi` (0 = low, 1 = high) of L16 for each code, repeated in the four
+  /// 128-bit lanes. Computed at compile time.
+  static constexpr std::array<std::int8_t, 64> table(int hi) noexcept {
+    std::array<std::int8_t, 64> t{};
+    for (unsigned k = 0; k < 16; ++k) {
+      const float f = F::level(static_cast<std::uint8_t>(k)) * kLevelScale;
+      const int q = static_cast<int>(f < 0 ? f - 0.5f : f + 0.5f);  // round half away from zero
+      const auto byte = static_cast<std::int8_t>(static_cast<std::uint8_t>((hi != 0 ? q >> 8 : q) & 0xFF));
+      for (unsigned lane = 0; lane < 4; ++lane) t[16 * lane + k] = byte;
+    }
+    return t;
+  }
+  /// Groups of 64 with fp16 scales: a chunk's two scales are adjacent and converted by one F16C
+  /// instruction (converting them one by one made the 0.5B-shape pass ~15 % slower).
+#if defined(__F16C__)
+  static constexpr bool kPairScales = kGroup == 64 && std::is_same_v<typename F::scale_type, f16>;
+#else
+  static constexpr bool kPairScales = false;
+#endif
+  alignas(64) static constexpr std::array<std::int8_t, 64> kTableLo = table(0);
+  alignas(64) static constexpr std::array<std::int8_t, 64> kTableHi = table(1);
+
+  /// Fixed-point copy of x [cols] (cols ≤ kMaxCols). O(cols).
+  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept {
+    constexpr std::size_t B = VnniLut16Activation::kBlock;
+    a.x = x;
+    a.cols = cols;
+    a.blocks = cols / B;
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      const float* xb = x + b * B;
+      float m = 0.f;
+      for (std::size_t i = 0; i < B; ++i) m = std::fabs(xb[i]) > m ? std::fabs(xb[i]) : m;
+      const float step = m / static_cast<float>(VnniLut16Activation::kFixedMax);
+      const float inv = step > 0.f ? 1.0f / step : 0.f;
+      a.sx[b] = step;
+      for (std::size_t i = 0; i < B; ++i) {
+        int q = static_cast<int>(std::nearbyint(xb[i] * inv));
+        q = q > VnniLut16Activation::kFixedMax ? VnniLut16Activation::kFixedMax
+                                               : (q < -VnniLut16Activation::kFixedMax ? -VnniLut16Activation::kFixedMax : q);
+        a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
+      }
+    }
+  }
+
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
+    constexpr std::size_t B = VnniLut16Activation::kBlock;
+    const __m512i t_lo = _mm512_load_si512(kTableLo.data()), t_hi = _mm512_load_si512(kTableHi.data());
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const std::uint8_t* row = v.row(r);
+    const auto* sc = v.row_scales(r);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
+      const __m512i n_lo = _mm512_and_si512(w, nib);                        // columns 32m + j
+      const __m512i n_hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
+      const __m512i lo_l = _mm512_shuffle_epi8(t_lo, n_lo), hi_l = _mm512_shuffle_epi8(t_hi, n_lo);
+      const __m512i lo_h = _mm512_shuffle_epi8(t_lo, n_hi), hi_h = _mm512_shuffle_epi8(t_hi, n_hi);
+      const std::int16_t* xb = a.x16 + b * B;
+      __m512i d = _mm512_madd_epi16(_mm512_unpacklo_epi8(lo_l, hi_l), _mm512_load_si512(xb));
+      d = _mm512_dpwssd_epi32(d, _mm512_unpackhi_epi8(lo_l, hi_l), _mm512_load_si512(xb + 32));
+      d = _mm512_dpwssd_epi32(d, _mm512_unpacklo_epi8(lo_h, hi_h), _mm512_load_si512(xb + 64));
+      d = _mm512_dpwssd_epi32(d, _mm512_unpackhi_epi8(lo_h, hi_h), _mm512_load_si512(xb + 96));
+      // even lanes: the chunk's first 64 columns; odd lanes: the last 64
+      __m512 sv;
+      if constexpr (kPairScales) {  // two adjacent fp16 scales, converted together
+        std::uint32_t pair;
+        std::memcpy(&pair, sc + 2 * b, sizeof pair);
+        const __m128 s01 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(pair))), _mm_set1_ps(a.sx[b] / kLevelScale));
+        sv = _mm512_broadcast_f32x2(s01);
+      } else {
+        const float k = a.sx[b] / kLevelScale;
+        const float s0 = static_cast<float>(sc[(b * B) / kGroup]) * k;
+        const float s1 = static_cast<float>(sc[(b * B + 64) / kGroup]) * k;
+        sv = _mm512_unpacklo_ps(_mm512_set1_ps(s0), _mm512_set1_ps(s1));
+      }
+      if (b & 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc1);
+      else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc0);
+    }
+    float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    const std::size_t tail = a.blocks * B;
+    if (tail < v.cols) {
+      alignas(64) float lev[16];
+      for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+      total += avx512::tail4(row, tail, v.cols, a.x, _mm512_load_ps(lev), [&](std::size_t c) { return v.scale(r, c); });
+    }
+    return total;
+  }
+
+ private:
+  /// Position of block column i in x16. A 64-byte chunk holds column 32m + j in the low nibble of
+  /// byte 4j + m and column 32m + 16 + j in its high nibble; within each 128-bit lane L, unpacklo
+  /// gives the words of bytes 16L … 16L + 7 and unpackhi those of 16L + 8 … 16L + 15. Vector u ∈
+  /// {lo-unpacklo, lo-unpackhi, hi-unpacklo, hi-unpackhi} occupies x16[32u, 32u + 32).
+  static constexpr std::size_t slot(std::size_t i) noexcept {
+    const std::size_t high = (i % 32) >= 16 ? 1 : 0;  // column 32m + 16·high + j
+    const std::size_t m = i / 32, j = i % 16;
+    const std::size_t byte = 4 * j + m;               // 0 … 63
+    const std::size_t lane = byte / 16, in_lane = byte % 16;
+    const std::size_t u = 2 * high + (in_lane >= 8 ? 1 : 0);
+    return 32 * u + 8 * lane + in_lane % 8;
+  }
+};
+
+}  // namespace barato::quant
+
+#endif  // AVX-512 VNNI
