@@ -21,6 +21,9 @@
 // GBps = kv_bytes / step time; policy_us and contig_us = step time of the policy and of the
 // contiguous baseline; vs_contiguous = policy_us / contig_us (< 1 is faster). Both are medians of
 // interleaved batches of thread CPU time measured in this process; `layers` = caches cycled.
+// For fp32 policies, a read probe sums the same K/V bytes in the same order with no attention
+// around them (prefetching ahead like the paged kernel): read_GBps, and read_vs_contiguous = probe
+// time on this layout / on the contiguous one — what scattering alone costs one core's memory system.
 // JSON: --benchmark_format=json or --benchmark_out=FILE --benchmark_out_format=json.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
@@ -35,12 +38,15 @@
 #include <new>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "barato/attention/attend.hpp"
+#include "barato/core/prefetch.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/paged.hpp"
 #include "barato/kv/quantized.hpp"
+#include "barato/simd/arch.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -133,6 +139,54 @@ struct Case {
   }
 };
 
+/// The K/V pieces attention reads, in its order: per layer and KV head, each block's (or, for a
+/// paged block, each page's) key rows and value rows. Only for fp32 caches.
+struct Piece {
+  const float* k;
+  const float* v;
+  std::size_t bytes;
+};
+template <class Cache>
+std::vector<Piece> pieces_of(const std::vector<Cache>& caches) {
+  std::vector<Piece> out;
+  auto add = [&](const kv::DenseBlock<float>& b) {
+    out.push_back({b.k, b.v, (b.n - 1) * b.stride * sizeof(float) + caches.front().head_dim() * sizeof(float)});
+  };
+  for (const auto& cache : caches)
+    for (std::size_t h = 0; h < cache.n_kv_heads(); ++h)
+      cache.for_each_block(h, [&](const auto& blk) {
+        if constexpr (requires { blk.page(0); }) {
+          for (std::size_t i = 0; i < blk.pages(); ++i) add(blk.page(i));
+        } else {
+          add(blk);
+        }
+      });
+  return out;
+}
+
+/// Read probe: sums every float of the pieces (keys and values of a piece in step, as attention
+/// streams them), prefetching 32 KiB ahead in that order like the paged kernel. What one core's
+/// memory system gives for this layout with no arithmetic around it.
+float read_pieces(const std::vector<Piece>& ps) {
+  using B = simd::Batch<float>;
+  constexpr std::size_t W = B::size;
+  constexpr std::size_t kAhead = 8;  // pieces ahead (paged: 8 pages of 4 KiB = 32 KiB per stream)
+  B acc(0.0f);
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const Piece& p = ps[i];
+    const std::size_t n = p.bytes / sizeof(float);
+    const Piece* ahead = i + kAhead < ps.size() ? &ps[i + kAhead] : nullptr;
+    for (std::size_t e = 0; e + W <= n; e += W) {
+      if (ahead != nullptr && e * sizeof(float) % 64 == 0 && e * sizeof(float) < ahead->bytes) {
+        prefetch_l2(reinterpret_cast<const char*>(ahead->k) + e * sizeof(float), 64);
+        prefetch_l2(reinterpret_cast<const char*>(ahead->v) + e * sizeof(float), 64);
+      }
+      acc += B::load_unaligned(p.k + e) + B::load_unaligned(p.v + e);
+    }
+  }
+  return xsimd::hadd(acc);
+}
+
 /// Times one step over `caches` (all layers) against the baseline's and fills the per-layer counters.
 template <class Cache>
 void run(benchmark::State& state, Case& c, const std::vector<Cache>& caches) {
@@ -158,6 +212,20 @@ void run(benchmark::State& state, Case& c, const std::vector<Cache>& caches) {
   state.counters["vs_contiguous"] = t_policy / t_contig;
   state.counters["contig_us"] = t_contig / L * 1e6;
   state.counters["policy_us"] = t_policy / L * 1e6;
+  constexpr bool fp32_rows = [] {
+    if constexpr (requires { typename Cache::element_type; }) return std::is_same_v<typename Cache::element_type, float>;
+    return false;
+  }();
+  if constexpr (fp32_rows) {
+    // the same bytes read with no attention around them, this layout vs the contiguous one
+    const auto mine = pieces_of(caches), base_pieces = pieces_of(c.contiguous);
+    float sink = 0.0f;
+    const auto [r_policy, r_contig] = interleaved_medians([&] { sink += read_pieces(mine); },
+                                                          [&] { sink += read_pieces(base_pieces); });
+    benchmark::DoNotOptimize(sink);
+    state.counters["read_GBps"] = kv_bytes / (r_policy / L) * 1e-9;
+    state.counters["read_vs_contiguous"] = r_policy / r_contig;
+  }
 }
 
 void BM_Contiguous(benchmark::State& state, Shape sh) {

@@ -58,12 +58,16 @@ template <class Arch>
 /// `chunk<W, R>(c0, nr)` returns a cursor over rows [c0, c0 + nr) (nr ≤ R): `k(t)` / `v(t)` is the
 /// address of row c0 + t for t a multiple of W, and the rows c0 + t + j, j < kRun − t mod kRun, follow
 /// it at `stride` elements apart (`kRun`: W for a paged policy — a tile never crosses a page —, R
-/// for a contiguous one). The caller guarantees what the policy needs for that.
+/// for a contiguous one). The caller guarantees what the policy needs for that. The kernel calls
+/// `prefetch_k(t, j)` / `prefetch_v(t, j)` as it reads key / value row c0 + t + j (for the first query
+/// head of the group only): a policy whose rows are scattered prefetches ahead there, a contiguous
+/// one does nothing.
 template <class Rows>
 concept RowAddress = requires(const Rows& rows, std::size_t c0) {
   typename Rows::element_type;
   { rows.stride } -> std::convertible_to<std::size_t>;
-  rows.template chunk<1, 1>(c0, c0);
+  rows.template chunk<1, 1>(c0, c0).prefetch_k(c0, c0);
+  rows.template chunk<1, 1>(c0, c0).prefetch_v(c0, c0);
 };
 
 /// Rows of a `kv::DenseBlock<T>`: row r at k + r·stride (any r0, any tile start).
@@ -81,6 +85,9 @@ struct ContiguousRowAddress {
     std::size_t stride;
     [[nodiscard]] const T* k(std::size_t t) const noexcept { return k0 + t * stride; }
     [[nodiscard]] const T* v(std::size_t t) const noexcept { return v0 + t * stride; }
+    // one stream: the hardware prefetchers follow it
+    void prefetch_k(std::size_t /*t*/, std::size_t /*j*/) const noexcept {}
+    void prefetch_v(std::size_t /*t*/, std::size_t /*j*/) const noexcept {}
   };
   template <std::size_t W, std::size_t R>
   [[nodiscard]] Cursor<R> chunk(std::size_t c0, std::size_t /*nr*/) const noexcept {
@@ -122,6 +129,7 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
         B acc[W];
         if (nt == W) {
           for (std::size_t j = 0; j < W; ++j) {
+            if (h == 0) cur.prefetch_k(t, j);  // once per chunk, not once per query head
             acc[j] = qv[0] * simd::load_as_float<Arch>(kt + j * stride);
             for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
           }
@@ -176,6 +184,10 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
         for (; j + 2 <= nt; j += 2) {
           const B p0(pt[j]), p1(pt[j + 1]);
           const T* va = v0 + j * stride;
+          if (h == 0) {
+            cur.prefetch_v(t, j);
+            cur.prefetch_v(t, j + 1);
+          }
           const T* vb = va + stride;
           for (std::size_t c = 0; c < C; ++c) {
             ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);

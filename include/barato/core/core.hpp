@@ -6,4 +6,5 @@
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/core/parallel.hpp"
+#include "barato/core/prefetch.hpp"
 #include "barato/core/token.hpp"

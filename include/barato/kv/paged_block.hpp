@@ -19,6 +19,7 @@
 #include "barato/attention/online_softmax.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/core/dtype.hpp"
+#include "barato/core/prefetch.hpp"
 #include "barato/kv/block.hpp"
 #include "barato/simd/arch.hpp"
 
@@ -47,40 +48,51 @@ struct PagedBlock {
 
 /// Row-address policy of a `PagedBlock` for `attention::accumulate_fixed_dim_rows`: one table look-up
 /// per W-row tile. Requires that no tile crosses a page (page_rows % W == 0, tiles start at multiples
-/// of W). While opening a chunk it prefetches this head's rows kPrefetchRows ahead into L2: pages are
-/// scattered, and hardware prefetchers stop at each page's end.
+/// of W). Pages are scattered and the hardware prefetchers stop at each page's end, so the cursor
+/// prefetches (into L2) the key and value row kPrefetchRows ahead as the kernel reads each row: spread
+/// over the rows, the requests keep the memory system busy without bursts. Measured in bench_kv (MHA,
+/// d = 64, n = 4096, B = 16, cold caches): no prefetch 2.5x the contiguous step, whole tiles 64 rows
+/// ahead at each chunk 1.65x, row by row 128 rows ahead 1.3x (64: 1.4x, 192–256: 1.45x).
 template <Element T>
 struct PagedRowAddress {
   using element_type = T;
-  static constexpr std::size_t kPrefetchRows = 64;  // 4 pages of 16 rows (measured in bench_kv)
+  static constexpr std::size_t kPrefetchRows = 128;  // 8 pages of 16 rows
   const PagedBlock<T>& blk;
   std::size_t stride;
   template <std::size_t W, std::size_t R>
   struct Cursor {
     static constexpr std::size_t kRun = W;
-    const T* kt[R / W];  // first key row of each tile of the chunk
-    const T* vt[R / W];  // first value row of each tile
+    const T* kt[R / W];     // first key row of each tile of the chunk
+    const T* vt[R / W];     // first value row of each tile
+    const char* kp[R / W];  // key row kPrefetchRows past each tile's first, or null past the end
+    const char* vp[R / W];  // value row, same
+    std::size_t row_bytes;  // bytes between consecutive rows of a page
     [[nodiscard]] const T* k(std::size_t t) const noexcept { return kt[t / W]; }
     [[nodiscard]] const T* v(std::size_t t) const noexcept { return vt[t / W]; }
+    void prefetch_k(std::size_t t, std::size_t j) const noexcept { prefetch_row(kp[t / W], j); }
+    void prefetch_v(std::size_t t, std::size_t j) const noexcept { prefetch_row(vp[t / W], j); }
+
+   private:
+    void prefetch_row(const char* tile, std::size_t j) const noexcept {
+      if (tile != nullptr && j < W) prefetch_l2(tile + j * row_bytes, row_bytes);
+    }
   };
   template <std::size_t W, std::size_t R>
   [[nodiscard]] Cursor<W, R> chunk(std::size_t c0, std::size_t nr) const noexcept {
     Cursor<W, R> cur;
+    cur.row_bytes = stride * sizeof(T);
     const std::size_t B = blk.page_rows;
     for (std::size_t t = 0, i = 0; t < nr; t += W, ++i) {
       const std::size_t r = c0 + t;
       const std::size_t off = blk.table[r / B] * blk.page_stride + (r % B) * stride;
       cur.kt[i] = blk.k + off;
       cur.vt[i] = blk.v + off;
-      const std::size_t ra = r + kPrefetchRows;
+      const std::size_t ra = r + kPrefetchRows;  // a tile start: its W rows lie in one (allocated) page
+      cur.kp[i] = cur.vp[i] = nullptr;
       if (ra < blk.n) {
         const std::size_t pa = blk.table[ra / B] * blk.page_stride + (ra % B) * stride;
-        const char* kc = reinterpret_cast<const char*>(blk.k + pa);
-        const char* vc = reinterpret_cast<const char*>(blk.v + pa);
-        for (std::size_t b = 0; b < W * stride * sizeof(T); b += 64) {  // the whole tile: a partial one does not start the streamer
-          __builtin_prefetch(kc + b, 0, 2);
-          __builtin_prefetch(vc + b, 0, 2);
-        }
+        cur.kp[i] = reinterpret_cast<const char*>(blk.k + pa);
+        cur.vp[i] = reinterpret_cast<const char*>(blk.v + pa);
       }
     }
     return cur;

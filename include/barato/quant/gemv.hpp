@@ -15,6 +15,7 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/parallel.hpp"
+#include "barato/core/prefetch.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
@@ -42,8 +43,7 @@ template <Format F>
 inline void prefetch_ahead(const QuantizedView<F>& w, std::size_t r) noexcept {
   const std::size_t total = w.rows * w.row_bytes;
   const std::size_t lo = r * w.row_bytes + kPrefetchBytes;
-  const std::size_t hi = lo + w.row_bytes < total ? lo + w.row_bytes : total;
-  for (std::size_t b = lo; b < hi; b += 64) __builtin_prefetch(w.codes + b, 0, 2);
+  if (lo < total) prefetch_l2(w.codes + lo, lo + w.row_bytes < total ? w.row_bytes : total - lo);
 }
 
 inline int useful_threads(std::size_t rows, std::size_t cols, int threads) noexcept {
