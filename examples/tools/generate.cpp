@@ -7,6 +7,7 @@
 //   * `main`, section "Weight format" — the LinearLayer type the projections are held in;
 //   * `dispatch_cache`               — the KV cache policy, by name (`--kv`), one `if` per policy;
 //   * `run<Cache>`, section "Generation" — the generation loop (a drafter plugs in there).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -132,9 +133,12 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
 template <class Linear>
 int dispatch_cache(const Context& cx, const LlamaWeights<Linear>& w) {
   // --kv: models/kv_policies.hpp builds the per-layer caches of each policy (a paged pool lives
-  // for the duration of `run`).
+  // for the duration of `run`). A window cache keeps room for chunks of max(prefill chunk, γ + 1)
+  // tokens, so a speculative rollback of up to γ positions leaves every window exact.
+  const std::size_t chunk = std::max<std::size_t>(LlamaOptions{}.max_chunk, cx.args.draft.empty() ? 1 : cx.args.gamma + 1);
   try {
-    return with_kv_policy(cx.args.kv, w.config, cx.steps, &cx.mem, [&](auto caches) { return run(cx, w, std::move(caches)); });
+    return with_kv_policy(cx.args.kv, w.config, cx.steps, &cx.mem, [&](auto caches) { return run(cx, w, std::move(caches)); },
+                          chunk);
   } catch (const barato::value_error& e) {
     if (std::string_view(e.what()).starts_with("--kv")) throw CliError(e.what());
     throw;
