@@ -55,10 +55,12 @@ template <class Arch>
 }
 
 /// A row-address policy of the fixed-dimension kernel: where the key/value rows of a block live.
-/// `chunk<W, R>(c0, nr)` returns a cursor over rows [c0, c0 + nr) (nr ≤ R): `k(t)` / `v(t)` is the
-/// address of row c0 + t for t a multiple of W, and the rows c0 + t + j, j < kRun − t mod kRun, follow
-/// it at `stride` elements apart (`kRun`: W for a paged policy — a tile never crosses a page —, R
-/// for a contiguous one). The caller guarantees what the policy needs for that. The kernel calls
+/// `chunk<W, R>(c0, nr)` returns a cursor over rows [c0, c0 + nr) (nr ≤ R): `k_row(t, j)` is the
+/// address of key row c0 + t + j (t a multiple of W, j < W); `v(t)` is the address of value row c0 + t
+/// for t a multiple of `kRun`, and the rows c0 + t + j, j < kRun, follow it at `stride` elements apart
+/// (`kRun`: R for a contiguous policy; for a paged one the rows of a page that a W-row tile holds —
+/// W, or a divisor of W when pages are smaller than a tile). The caller guarantees what the policy
+/// needs for that. The kernel calls
 /// `prefetch_k(t, j)` / `prefetch_v(t, j)` as it reads key / value row c0 + t + j (for the first query
 /// head of the group only): a policy whose rows are scattered prefetches ahead there, a contiguous
 /// one does nothing.
@@ -66,6 +68,7 @@ template <class Rows>
 concept RowAddress = requires(const Rows& rows, std::size_t c0) {
   typename Rows::element_type;
   { rows.stride } -> std::convertible_to<std::size_t>;
+  rows.template chunk<1, 1>(c0, c0).k_row(c0, c0);
   rows.template chunk<1, 1>(c0, c0).prefetch_k(c0, c0);
   rows.template chunk<1, 1>(c0, c0).prefetch_v(c0, c0);
 };
@@ -83,7 +86,7 @@ struct ContiguousRowAddress {
     const T* k0;
     const T* v0;
     std::size_t stride;
-    [[nodiscard]] const T* k(std::size_t t) const noexcept { return k0 + t * stride; }
+    [[nodiscard]] const T* k_row(std::size_t t, std::size_t j) const noexcept { return k0 + (t + j) * stride; }
     [[nodiscard]] const T* v(std::size_t t) const noexcept { return v0 + t * stride; }
     // one stream: the hardware prefetchers follow it
     void prefetch_k(std::size_t /*t*/, std::size_t /*j*/) const noexcept {}
@@ -116,7 +119,7 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
     const std::size_t nr = std::min(R, r1 - c0);
     const auto cur = rows.template chunk<W, R>(c0, nr);
     constexpr std::size_t Run = decltype(cur)::kRun;  // rows at constant stride from cur.v(t)
-    static_assert(Run % W == 0 && Run % 2 == 0);
+    static_assert((Run % W == 0 || W % Run == 0) && Run % 2 == 0);
     for (std::size_t h = 0; h < g; ++h) {
       B qv[C];  // scale · q, in registers
       for (std::size_t c = 0; c < C; ++c) qv[c] = B(scale) * B::load_unaligned(q + h * D + c * W);
@@ -125,19 +128,19 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
       B mx(kNegInf);
       for (std::size_t t = 0; t < nr; t += W) {
         const std::size_t nt = std::min(W, nr - t);
-        const T* kt = cur.k(t);
         B acc[W];
         if (nt == W) {
           for (std::size_t j = 0; j < W; ++j) {
             if (h == 0) cur.prefetch_k(t, j);  // once per chunk, not once per query head
-            acc[j] = qv[0] * simd::load_as_float<Arch>(kt + j * stride);
-            for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
+            const T* kr = cur.k_row(t, j);
+            acc[j] = qv[0] * simd::load_as_float<Arch>(kr);
+            for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kr + c * W), acc[j]);
           }
           simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
         } else {
           for (std::size_t j = 0; j < W; ++j) acc[j] = B(0.0f);
           for (std::size_t j = 0; j < nt; ++j)
-            for (std::size_t c = 0; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
+            for (std::size_t c = 0; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(cur.k_row(t, j) + c * W), acc[j]);
           simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
           for (std::size_t j = nt; j < W; ++j) s[t + j] = kNegInf;  // rows past the range weigh 0
         }

@@ -7,9 +7,10 @@
 ///
 /// Its `accumulate` overload (found by argument-dependent lookup) runs the fixed-dimension kernel
 /// (attention/fixed_dim_kernel.hpp, d = 64 / 128) across page boundaries through `PagedRowAddress`
-/// when every W-row tile lies inside one page (B a multiple of W = float lanes and r0 a multiple of
-/// W — what `attention::attend` asks for); it then produces bitwise the state of the same rows in one
-/// contiguous block. Otherwise (other d, B or r0) it folds page by page through the dense kernel.
+/// when B is a multiple of W = float lanes (one page per W-row tile) or of 8 with W = 16 (two pages
+/// per tile), and r0 is a multiple of W — what `attention::attend` asks for; it then produces bitwise
+/// the state of the same rows in one contiguous block. Otherwise (other d, B or r0) it folds page by
+/// page through the dense kernel.
 
 #include <algorithm>
 #include <cstddef>
@@ -47,13 +48,15 @@ struct PagedBlock {
 };
 
 /// Row-address policy of a `PagedBlock` for `attention::accumulate_fixed_dim_rows`: one table look-up
-/// per W-row tile. Requires that no tile crosses a page (page_rows % W == 0, tiles start at multiples
-/// of W). Pages are scattered and the hardware prefetchers stop at each page's end, so the cursor
-/// prefetches (into L2) the key and value row kPrefetchRows ahead as the kernel reads each row: spread
-/// over the rows, the requests keep the memory system busy without bursts. Measured in bench_kv (MHA,
-/// d = 64, n = 4096, B = 16, cold caches): no prefetch 2.5x the contiguous step, whole tiles 64 rows
-/// ahead at each chunk 1.65x, row by row 128 rows ahead 1.3x (64: 1.4x, 192–256: 1.45x).
-template <Element T>
+/// per S-row run, S = W (float lanes) when pages hold a multiple of W rows, or a divisor of W (pages of
+/// 8 rows with W = 16) — then a W-row tile spans W / S pages. Requires page_rows % S == 0 and tiles
+/// starting at multiples of W, so no run crosses a page. Pages are scattered and the hardware
+/// prefetchers stop at each page's end, so the cursor prefetches (into L2) the key and value row
+/// kPrefetchRows ahead as the kernel reads each row: spread over the rows, the requests keep the memory
+/// system busy without bursts. Measured in bench_kv (MHA, d = 64, n = 4096, B = 16, cold caches): no
+/// prefetch 2.5x the contiguous step, whole tiles 64 rows ahead at each chunk 1.65x, row by row 128
+/// rows ahead 1.3x (64: 1.4x, 192–256: 1.45x).
+template <Element T, std::size_t S>
 struct PagedRowAddress {
   using element_type = T;
   static constexpr std::size_t kPrefetchRows = 128;  // 8 pages of 16 rows
@@ -61,33 +64,44 @@ struct PagedRowAddress {
   std::size_t stride;
   template <std::size_t W, std::size_t R>
   struct Cursor {
-    static constexpr std::size_t kRun = W;
-    const T* kt[R / W];     // first key row of each tile of the chunk
-    const T* vt[R / W];     // first value row of each tile
-    const char* kp[R / W];  // key row kPrefetchRows past each tile's first, or null past the end
-    const char* vp[R / W];  // value row, same
-    std::size_t row_bytes;  // bytes between consecutive rows of a page
-    [[nodiscard]] const T* k(std::size_t t) const noexcept { return kt[t / W]; }
-    [[nodiscard]] const T* v(std::size_t t) const noexcept { return vt[t / W]; }
-    void prefetch_k(std::size_t t, std::size_t j) const noexcept { prefetch_row(kp[t / W], j); }
-    void prefetch_v(std::size_t t, std::size_t j) const noexcept { prefetch_row(vp[t / W], j); }
+    static_assert(W % S == 0 || S % W == 0);
+    static constexpr std::size_t kRun = S < R ? S : R;
+    static constexpr std::size_t kRuns = (R + kRun - 1) / kRun;
+    const T* kr[kRuns];     // first key row of each run of the chunk
+    const T* vr[kRuns];     // first value row of each run
+    const char* kp[kRuns];  // key row kPrefetchRows past each run's first, or null past the end
+    const char* vp[kRuns];  // value row, same
+    std::size_t stride;     // elements between consecutive rows of a page
+    std::size_t row_bytes;  // stride · sizeof(T)
+    [[nodiscard]] const T* k_row(std::size_t t, std::size_t j) const noexcept {
+      if constexpr (kRun % W == 0) {
+        return kr[t / kRun] + j * stride;  // a tile lies in one run
+      } else {
+        return kr[(t + j) / kRun] + ((t + j) % kRun) * stride;
+      }
+    }
+    [[nodiscard]] const T* v(std::size_t t) const noexcept { return vr[t / kRun]; }
+    void prefetch_k(std::size_t t, std::size_t j) const noexcept { prefetch_row(kp, t + j); }
+    void prefetch_v(std::size_t t, std::size_t j) const noexcept { prefetch_row(vp, t + j); }
 
    private:
-    void prefetch_row(const char* tile, std::size_t j) const noexcept {
-      if (tile != nullptr && j < W) prefetch_l2(tile + j * row_bytes, row_bytes);
+    void prefetch_row(const char* const* runs, std::size_t i) const noexcept {
+      if (i < kRuns * kRun && runs[i / kRun] != nullptr) prefetch_l2(runs[i / kRun] + (i % kRun) * row_bytes, row_bytes);
     }
   };
   template <std::size_t W, std::size_t R>
   [[nodiscard]] Cursor<W, R> chunk(std::size_t c0, std::size_t nr) const noexcept {
-    Cursor<W, R> cur;
+    using Cur = Cursor<W, R>;
+    Cur cur;
+    cur.stride = stride;
     cur.row_bytes = stride * sizeof(T);
     const std::size_t B = blk.page_rows;
-    for (std::size_t t = 0, i = 0; t < nr; t += W, ++i) {
+    for (std::size_t t = 0, i = 0; t < nr; t += Cur::kRun, ++i) {
       const std::size_t r = c0 + t;
       const std::size_t off = blk.table[r / B] * blk.page_stride + (r % B) * stride;
-      cur.kt[i] = blk.k + off;
-      cur.vt[i] = blk.v + off;
-      const std::size_t ra = r + kPrefetchRows;  // a tile start: its W rows lie in one (allocated) page
+      cur.kr[i] = blk.k + off;
+      cur.vr[i] = blk.v + off;
+      const std::size_t ra = r + kPrefetchRows;  // a run start: its rows lie in one (allocated) page
       cur.kp[i] = cur.vp[i] = nullptr;
       if (ra < blk.n) {
         const std::size_t pa = blk.table[ra / B] * blk.page_stride + (ra % B) * stride;
@@ -106,10 +120,15 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
                 std::size_t r1, float* o, attention::PartialStats* st) noexcept {
   constexpr std::size_t W = simd::Batch<float, Arch>::size;
   if (r0 >= r1) return;
-  if (attention::has_fixed_dim_kernel<Arch>(d) && blk.page_rows % W == 0 && r0 % W == 0) {
-    const PagedRowAddress<T> rows{blk, blk.stride};
-    if (d == 64) return attention::accumulate_fixed_dim_rows<64, Arch>(q, g, scale, rows, r0, r1, o, st);
-    return attention::accumulate_fixed_dim_rows<128, Arch>(q, g, scale, rows, r0, r1, o, st);
+  if (attention::has_fixed_dim_kernel<Arch>(d) && r0 % W == 0) {
+    auto run = [&](auto rows) {
+      if (d == 64) return attention::accumulate_fixed_dim_rows<64, Arch>(q, g, scale, rows, r0, r1, o, st);
+      return attention::accumulate_fixed_dim_rows<128, Arch>(q, g, scale, rows, r0, r1, o, st);
+    };
+    if (blk.page_rows % W == 0) return run(PagedRowAddress<T, W>{blk, blk.stride});
+    if constexpr (W % 16 == 0) {  // pages of 8 rows: a tile spans W / 8 pages
+      if (blk.page_rows % 8 == 0) return run(PagedRowAddress<T, 8>{blk, blk.stride});
+    }
   }
   const std::size_t B = blk.page_rows;
   for (std::size_t i = r0 / B; i * B < r1; ++i) {
