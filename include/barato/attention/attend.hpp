@@ -105,7 +105,8 @@ void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const 
 }
 
 /// One decode step: the query `q` ([H_q, d]) of the newest position (size − 1) against the whole
-/// cache, into `out` ([H_q, d]). Allocates nothing for H_q ≤ 1024.
+/// cache (its sinks + last W positions for a `kv::WindowedCache`), into `out` ([H_q, d]). Allocates
+/// nothing for H_q ≤ 1024.
 template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
 void decode(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
             const AttendOptions& opt = {}) {
