@@ -6,6 +6,7 @@
 
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/activation.hpp"
+#include "barato/quant/fixed_point.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/gemv.hpp"
 #include "barato/quant/linear.hpp"

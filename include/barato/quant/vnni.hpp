@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "barato/quant/avx512_tails.hpp"
+#include "barato/quant/fixed_point.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
@@ -37,9 +38,9 @@ namespace barato::quant {
 /// x as two fixed-point byte planes per 128-column block (see the file comment). ~33 KiB; lives on
 /// the stack of the caller of gemv.
 struct VnniActivation {
-  static constexpr std::size_t kBlock = 128;
+  static constexpr std::size_t kBlock = kFixedPointBlock;
   static constexpr std::size_t kMaxCols = 16384;
-  static constexpr int kFixedMax = 16383;
+  static constexpr int kFixedMax = kFixedPointMax;
   alignas(64) std::int8_t hi[kMaxCols];  // [cols_vec] high bytes of x16, in kernel order
   alignas(64) std::int8_t lo[kMaxCols];  // [cols_vec] low bytes of x16 (balanced: −128…127)
   alignas(64) std::int32_t corr[kMaxCols / kBlock][16];  // [blocks, lanes] offset · Σ x16 of each lane's columns
@@ -63,22 +64,14 @@ struct RowKernel<Arch, F> {
     a.cols = cols;
     a.blocks = cols / B;
     for (std::size_t b = 0; b < a.blocks; ++b) {
-      const float* xb = x + b * B;
-      float m = 0.f;
-      for (std::size_t i = 0; i < B; ++i) m = std::fabs(xb[i]) > m ? std::fabs(xb[i]) : m;
-      const float step = m / static_cast<float>(VnniActivation::kFixedMax);
-      const float inv = step > 0.f ? 1.0f / step : 0.f;
-      a.sx[b] = step;
       for (auto& c : a.corr[b]) c = 0;
-      for (std::size_t i = 0; i < B; ++i) {
-        int q = static_cast<int>(std::nearbyint(xb[i] * inv));
-        q = q > VnniActivation::kFixedMax ? VnniActivation::kFixedMax : (q < -VnniActivation::kFixedMax ? -VnniActivation::kFixedMax : q);
+      a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
         const int h = (q + 128) >> 8;  // −64…64
         const std::size_t pos = slot(i);
         a.hi[b * B + pos] = static_cast<std::int8_t>(h);
         a.lo[b * B + pos] = static_cast<std::int8_t>(q - 256 * h);
         a.corr[b][(pos % 64) / 4] += kOffset * q;  // the int32 lane this column is summed into
-      }
+      });
     }
   }
 

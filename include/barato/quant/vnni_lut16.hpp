@@ -32,6 +32,7 @@
 
 #include "barato/core/dtype.hpp"
 #include "barato/quant/avx512_tails.hpp"
+#include "barato/quant/fixed_point.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
@@ -45,9 +46,8 @@ namespace barato::quant {
 /// x as int16 fixed point per 128-column block, in the kernel's column order. ~33 KiB; lives on the
 /// stack of the caller of gemv.
 struct VnniLut16Activation {
-  static constexpr std::size_t kBlock = 128;
+  static constexpr std::size_t kBlock = kFixedPointBlock;
   static constexpr std::size_t kMaxCols = 16384;
-  static constexpr int kFixedMax = 16383;
   alignas(64) std::int16_t x16[kMaxCols];  // [blocks · 128] kernel order (see `RowKernel::slot`)
   float sx[kMaxCols / kBlock];             // [blocks] fixed-point step of each block
   const float* x = nullptr;                // [cols] the fp32 vector (tail columns)
@@ -103,20 +103,10 @@ struct RowKernel<Arch, F> {
     a.x = x;
     a.cols = cols;
     a.blocks = cols / B;
-    for (std::size_t b = 0; b < a.blocks; ++b) {
-      const float* xb = x + b * B;
-      float m = 0.f;
-      for (std::size_t i = 0; i < B; ++i) m = std::fabs(xb[i]) > m ? std::fabs(xb[i]) : m;
-      const float step = m / static_cast<float>(VnniLut16Activation::kFixedMax);
-      const float inv = step > 0.f ? 1.0f / step : 0.f;
-      a.sx[b] = step;
-      for (std::size_t i = 0; i < B; ++i) {
-        int q = static_cast<int>(std::nearbyint(xb[i] * inv));
-        q = q > VnniLut16Activation::kFixedMax ? VnniLut16Activation::kFixedMax
-                                               : (q < -VnniLut16Activation::kFixedMax ? -VnniLut16Activation::kFixedMax : q);
+    for (std::size_t b = 0; b < a.blocks; ++b)
+      a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
         a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
-      }
-    }
+      });
   }
 
   [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
