@@ -82,13 +82,13 @@ void check_shapes() {
 
 TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
-                   Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
+                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
                    AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
   check_shapes<simd::DefaultArch, F>();
 }
 
 TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the portable kernel", F, Int8PerRow<>,
-                   Int4Group<128>, Nf4<64>) {
+                   Int4Group<128>, Nf4<64>, Int8Group<32, float>) {
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
@@ -105,7 +105,9 @@ TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them"
     const bool vnni = kVnniCompiled;
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8PerRow<>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == (vnni ? "avx512-vnni" : "avx512-lut16"));
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<32, float>>::kName) == "avx512-int8");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<32, float>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<64>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<8, PerGroup<48>>>::kName) == "avx512-int8");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<32>>::kName) == "avx512-lut16");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));

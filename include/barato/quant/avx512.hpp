@@ -52,6 +52,7 @@ struct RowKernel<Arch, F> {
       __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       std::size_t c = c0;
       for (; c + 64 <= c1; c += 64) {
+        detail::prefetch_codes(v, reinterpret_cast<const std::uint8_t*>(w + c));
         for (int i = 0; i < 4; ++i) a[i] = _mm512_fmadd_ps(widen(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), a[i]);
       }
       for (; c + 32 <= c1; c += 32) {  // constant register indices: no spills of a[]
@@ -102,6 +103,7 @@ struct RowKernel<Arch, F> {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     __m512 lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[0])));
     for (std::size_t c0 = 0; c0 < full; c0 += P::kChunk) {
+      detail::prefetch_codes(v, row + c0 / 2);
       __m512i words = _mm512_loadu_si512(row + c0 / 2);  // 16 words × 8 codes
       for (std::size_t k = 0; k < 8; ++k) {
         const std::size_t c = c0 + 16 * k;

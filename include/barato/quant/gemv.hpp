@@ -5,9 +5,9 @@
 /// `RowKernel<Arch, Format>` (quant/row_kernel.hpp, avx512.hpp, vnni.hpp): x is prepared once per call
 /// (on the caller's stack), then each row is one `dot`. The batched form prepares up to `kVecTile`
 /// vectors and walks each row against all of them while it is in L1, so a weight is read from memory
-/// once per tile. Each row's loop prefetches the codes `kPrefetchBytes` ahead. Every output is
-/// computed by the same code whatever the thread count, so results are
-/// identical for any number of threads, and `gemv_batch` rows equal `gemv`.
+/// once per tile (the fast kernels prefetch the codes ahead, `detail::kCodePrefetchBytes`). Every output
+/// is computed by the same code whatever the thread count, so results are identical for any number of
+/// threads, and `gemv_batch` rows equal `gemv`.
 
 #include <array>
 #include <cstddef>
@@ -15,7 +15,6 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/parallel.hpp"
-#include "barato/core/prefetch.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
@@ -30,21 +29,6 @@ inline constexpr std::size_t kMinWeightsPerThread = std::size_t{1} << 16;
 inline constexpr std::size_t kRowGrain = 16;
 /// Input vectors prepared together by `gemv_batch` (each weight row is read once per tile).
 inline constexpr std::size_t kVecTile = 4;
-
-/// Software prefetch distance in the packed weight stream, in bytes (rows are stored back to back,
-/// so the codes of a matrix are one sequential stream). The hardware prefetchers alone leave a single
-/// core's kernels short of DRAM bandwidth: on the 0.5B-shape pass (bench_quant) the int4-g128 kernel
-/// went from 0.71 to 0.87 of the DRAM probe on one thread and NF4 from 0.52 to 0.57 with 8 KiB
-/// (4 KiB: 0.78; 16–32 KiB: no further gain; prefetcht0: worse).
-inline constexpr std::size_t kPrefetchBytes = 8192;
-
-/// Prefetches (into L2) the codes kPrefetchBytes past row r's, clipped to the matrix. No effect on results.
-template <Format F>
-inline void prefetch_ahead(const QuantizedView<F>& w, std::size_t r) noexcept {
-  const std::size_t total = w.rows * w.row_bytes;
-  const std::size_t lo = r * w.row_bytes + kPrefetchBytes;
-  if (lo < total) prefetch_l2(w.codes + lo, lo + w.row_bytes < total ? w.row_bytes : total - lo);
-}
 
 inline int useful_threads(std::size_t rows, std::size_t cols, int threads) noexcept {
   const std::size_t by_work = rows * cols / kMinWeightsPerThread;
@@ -73,10 +57,8 @@ void gemv_tile(const QuantizedView<F>& w, const float* x, float* y, std::size_t 
     parallel_for(
         w.rows, useful_threads(w.rows, w.cols * nt, threads),
         [&](std::size_t lo, std::size_t hi) {
-          for (std::size_t r = lo; r < hi; ++r) {
-            prefetch_ahead(w, r);
+          for (std::size_t r = lo; r < hi; ++r)
             for (std::size_t t = 0; t < nt; ++t) y[(t0 + t) * w.rows + r] = K::dot(w, r, act[t]);
-          }
         },
         kRowGrain);
   }
@@ -97,10 +79,7 @@ void gemv(const QuantizedView<F>& w, std::span<const float> x, std::span<float> 
     parallel_for(
         w.rows, detail::useful_threads(w.rows, w.cols, threads),
         [&](std::size_t lo, std::size_t hi) {
-          for (std::size_t r = lo; r < hi; ++r) {
-            detail::prefetch_ahead(w, r);
-            yp[r] = K::dot(w, r, act);
-          }
+          for (std::size_t r = lo; r < hi; ++r) yp[r] = K::dot(w, r, act);
         },
         detail::kRowGrain);
   });

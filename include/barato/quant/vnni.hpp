@@ -2,7 +2,9 @@
 /// \file
 /// The AVX-512 VNNI specialization of `quant::RowKernel` for integer AbsMax formats (8-bit codes, or
 /// 4-bit codes) whose scale group is a row, the tensor, or a multiple of 128 columns — the int8-row
-/// and int4-g128 decode paths. `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
+/// and int4-g128 decode paths — and int8 codes with groups of 32 or 64 columns (llama.cpp's Q8_0
+/// layout; each 64-column half of a block is then reduced on its own and scaled per int32 lane, a
+/// 32-column group being 8 lanes). `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
 /// groups of four into 16 int32 lanes: 64 multiply-adds per instruction, where the fp32 kernels do 16.
 ///
 /// Activations stay fp32 at the interface. `prepare` turns x into 15-bit fixed point per block of 128
@@ -44,6 +46,8 @@ struct VnniActivation {
   alignas(64) std::int8_t hi[kMaxCols];  // [cols_vec] high bytes of x16, in kernel order
   alignas(64) std::int8_t lo[kMaxCols];  // [cols_vec] low bytes of x16 (balanced: −128…127)
   alignas(64) std::int32_t corr[kMaxCols / kBlock][16];  // [blocks, lanes] offset · Σ x16 of each lane's columns
+  alignas(64) std::int32_t corr_lo[kMaxCols / kBlock][16];  // the part of corr from a block's first 64 positions
+                                                           // (int8 codes with 32- or 64-column groups only)
   float sx[kMaxCols / kBlock];           // [blocks] fixed-point step of each block
   const float* x = nullptr;              // [cols] the fp32 vector (tail columns)
   std::size_t cols = 0, blocks = 0;      // blocks = cols / 128 (full blocks only)
@@ -56,6 +60,10 @@ struct RowKernel<Arch, F> {
   using Activation = VnniActivation;
   static constexpr std::size_t kMaxCols = VnniActivation::kMaxCols;
   static constexpr int kOffset = F::kCodeBits == 8 ? 128 : F::kOffset;
+  static constexpr std::size_t kGroup = F::granularity::kGroup;
+  /// int8 codes with groups of 32 or 64 columns (llama.cpp's Q8_0 layout is G = 32): each 64-byte half
+  /// of a block is summed on its own and scaled per lane (a 32-column group is 8 int32 lanes).
+  static constexpr bool kSmallGroups = F::kCodeBits == 8 && (kGroup == 32 || kGroup == 64);
 
   /// Fixed-point planes of x [cols] (cols ≤ kMaxCols). O(cols).
   static void prepare(const float* x, std::size_t cols, Activation& a) noexcept {
@@ -65,12 +73,17 @@ struct RowKernel<Arch, F> {
     a.blocks = cols / B;
     for (std::size_t b = 0; b < a.blocks; ++b) {
       for (auto& c : a.corr[b]) c = 0;
+      if constexpr (kSmallGroups)
+        for (auto& c : a.corr_lo[b]) c = 0;
       a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
         const int h = (q + 128) >> 8;  // −64…64
         const std::size_t pos = slot(i);
         a.hi[b * B + pos] = static_cast<std::int8_t>(h);
         a.lo[b * B + pos] = static_cast<std::int8_t>(q - 256 * h);
         a.corr[b][(pos % 64) / 4] += kOffset * q;  // the int32 lane this column is summed into
+        if constexpr (kSmallGroups) {
+          if (pos < 64) a.corr_lo[b][pos / 4] += kOffset * q;
+        }
       });
     }
   }
@@ -84,6 +97,30 @@ struct RowKernel<Arch, F> {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     float s = static_cast<float>(sc[0]);
     for (std::size_t b = 0; b < a.blocks; ++b) {
+      if constexpr (kSmallGroups) {  // two 64-column halves, each with its own scale lanes
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        const __m512i c_lo = _mm512_load_si512(a.corr_lo[b]);
+        const __m512i c_hi = _mm512_sub_epi32(_mm512_load_si512(a.corr[b]), c_lo);
+        for (std::size_t half = 0; half < 2; ++half) {
+          const std::size_t c0 = b * B + 64 * half;
+          detail::prefetch_codes(v, row + c0);
+          const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(row + c0), flip);
+          const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a.hi + c0));
+          const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a.lo + c0));
+          const __m512i di = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl), half == 0 ? c_lo : c_hi);
+          __m512 sv;  // lane i sums columns c0 + 4i … c0 + 4i + 3
+          if constexpr (kGroup == 64) {
+            sv = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]) * a.sx[b]);
+          } else {
+            sv = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(static_cast<float>(sc[c0 / 32])),
+                                      _mm512_set1_ps(static_cast<float>(sc[c0 / 32 + 1])));
+            sv = _mm512_mul_ps(sv, _mm512_set1_ps(a.sx[b]));
+          }
+          if (half == 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1);
+          else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0);
+        }
+        continue;
+      }
       if constexpr (kBlocksPerGroup != 0) {
         if (b % kBlocksPerGroup == 0) s = static_cast<float>(sc[b / kBlocksPerGroup]);
       }
@@ -92,12 +129,15 @@ struct RowKernel<Arch, F> {
       const __m512i l0 = _mm512_load_si512(a.lo + b * B), l1 = _mm512_load_si512(a.lo + b * B + 64);
       if constexpr (F::kCodeBits == 8) {
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        detail::prefetch_codes(v, row + b * B);
+        detail::prefetch_codes(v, row + b * B + 64);
         const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B), flip);
         const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B + 64), flip);
         dh = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(dh, u0, h0), u1, h1);
         dl = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(dl, u0, l0), u1, l1);
       } else {
         const __m512i nib = _mm512_set1_epi8(0x0F);
+        detail::prefetch_codes(v, row + b * (B / 2));
         const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
         const __m512i u0 = _mm512_and_si512(w, nib);                         // columns 32m + j
         const __m512i u1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);   // columns 32m + 16 + j
@@ -111,10 +151,14 @@ struct RowKernel<Arch, F> {
       else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc0);
     }
     float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    const std::size_t tail = a.blocks * B;  // the rest of the row: one scale (G is a multiple of 128)
+    const std::size_t tail = a.blocks * B;  // the rest of the row (one scale unless the groups are small)
     if (tail < v.cols) {
       if constexpr (F::kCodeBits == 8) {
-        total += v.scale(r, tail) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), tail, v.cols, a.x);
+        const std::size_t step = kSmallGroups ? kGroup : v.cols;
+        for (std::size_t c = tail; c < v.cols; c += step) {
+          const std::size_t e = c + step < v.cols ? c + step : v.cols;
+          total += v.scale(r, c) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, a.x);
+        }
       } else {
         alignas(64) float lev[16];
         for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));

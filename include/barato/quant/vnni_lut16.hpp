@@ -117,6 +117,7 @@ struct RowKernel<Arch, F> {
     const auto* sc = v.row_scales(r);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     for (std::size_t b = 0; b < a.blocks; ++b) {
+      detail::prefetch_codes(v, row + b * (B / 2));
       const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
       const __m512i n_lo = _mm512_and_si512(w, nib);                        // columns 32m + j
       const __m512i n_hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
