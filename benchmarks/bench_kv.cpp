@@ -7,6 +7,7 @@
 //                scattered as in a serving engine (attention walks the block table, no gather)
 //   int8 / int4 / k8v4   kv::Quantized<Int8>, <Int4>, <Int8, Int4> — codes + one fp32 scale per token
 //                per head, dequantised inside the kernel
+//   paged16-int8 kv::PagedView<QuantizedPages<Int8>>: the int8 codes and scales in scattered 16-token pages
 //
 // Shapes (named): mha_d64 = 4 query heads over 4 KV heads of d = 64; gqa_qwen05b = 14 query heads
 // over 2 KV heads of d = 64 (Qwen2.5-0.5B's attention). n ∈ {256, 1024, 4096, 16384}. One thread.
@@ -233,10 +234,11 @@ void BM_Contiguous(benchmark::State& state, Shape sh) {
   run(state, c, c.contiguous);
 }
 
+template <class Pages = float>
 void BM_Paged(benchmark::State& state, Shape sh, std::size_t block) {
   Case c(sh, static_cast<std::size_t>(state.range(0)));
   const std::size_t blocks = 2 * ((c.n + block - 1) / block);
-  kv::PagedPool<float> pool(
+  kv::PagedPool<Pages> pool(
       {.n_layers = c.layers, .n_kv_heads = sh.hkv, .head_dim = sh.d, .block_tokens = block, .n_blocks = blocks},
       &g_huge);
   const kv::SeqId a = pool.add_sequence(), other = pool.add_sequence();
@@ -249,7 +251,7 @@ void BM_Paged(benchmark::State& state, Shape sh, std::size_t block) {
       pool.append(other, l, kk, vv);
     }
   }
-  std::vector<kv::PagedView<float>> views;
+  std::vector<kv::PagedView<Pages>> views;
   for (std::size_t l = 0; l < c.layers; ++l) views.push_back(pool.view(a, l));
   run(state, c, views);
 }
@@ -274,6 +276,7 @@ const int kRegistered = [] {
     reg("contiguous/" + s, [sh](benchmark::State& st) { BM_Contiguous(st, sh); });
     for (const std::size_t b : {8, 16, 32})
       reg("paged" + std::to_string(b) + "/" + s, [sh, b](benchmark::State& st) { BM_Paged(st, sh, b); });
+    reg("paged16-int8/" + s, [sh](benchmark::State& st) { BM_Paged<kv::QuantizedPages<kv::Int8>>(st, sh, 16); });
     reg("int8/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int8>>(st, sh); });
     reg("int4/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int4>>(st, sh); });
     reg("k8v4/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int8, kv::Int4>>(st, sh); });

@@ -7,6 +7,9 @@
 ///   growable[:C]     kv::Growable<float>, chunks of C positions (default 64)
 ///   paged[:B]        kv::PagedView<float> of one kv::PagedPool (all layers per block, B tokens per block,
 ///                    default 16), pool of ⌈capacity / B⌉ blocks
+///   paged-int8[:B] | paged-int4[:B] | paged-k8v4[:B]
+///                    the same pool with quantized pages (kv::QuantizedPages: codes + one fp32 scale per
+///                    token and KV head, as int8 / int4 / k8v4 below)
 ///   window:W[,S]     kv::SlidingWindow<float>, last W positions + S attention sinks (default 4); built for
 ///                    appends of `max_chunk` tokens (the decoder's prefill chunk), so every query of a
 ///                    chunk sees exactly its own window: chunked prefill equals token-by-token decoding
@@ -34,7 +37,8 @@
 namespace barato_examples {
 
 /// The values `--kv` accepts (for help texts and error messages).
-inline constexpr std::string_view kKvPolicies = "contiguous | growable[:C] | paged[:B] | window:W[,S] | int8 | int4 | k8v4";
+inline constexpr std::string_view kKvPolicies =
+    "contiguous | growable[:C] | paged[:B] | paged-int8[:B] | paged-int4[:B] | paged-k8v4[:B] | window:W[,S] | int8 | int4 | k8v4";
 
 namespace detail {
 inline std::size_t parse_kv_number(std::string_view s, std::string_view spec) {
@@ -78,16 +82,20 @@ decltype(auto) with_kv_policy(std::string_view spec, const LlamaConfig& config, 
     return f(detail::per_layer<kv::Growable<float>>(config, kv::GrowableConfig{.n_kv_heads = H, .head_dim = d, .chunk_tokens = chunk},
                                                     mr));
   }
-  if (name == "paged") {
+  auto paged = [&]<class Pages>() {
     const std::size_t block = arg.empty() ? 16 : detail::parse_kv_number(arg, spec);
-    kv::PagedPool<float> pool({.n_layers = config.n_layers, .n_kv_heads = H, .head_dim = d, .block_tokens = block,
+    kv::PagedPool<Pages> pool({.n_layers = config.n_layers, .n_kv_heads = H, .head_dim = d, .block_tokens = block,
                                .n_blocks = (capacity + block - 1) / block},
                               mr);
     const kv::SeqId seq = pool.add_sequence();
-    std::vector<kv::PagedView<float>> views;
+    std::vector<kv::PagedView<Pages>> views;
     for (std::size_t l = 0; l < config.n_layers; ++l) views.push_back(pool.view(seq, l));
     return f(std::move(views));  // the pool lives until f returns
-  }
+  };
+  if (name == "paged") return paged.template operator()<float>();
+  if (name == "paged-int8") return paged.template operator()<kv::QuantizedPages<kv::Int8>>();
+  if (name == "paged-int4") return paged.template operator()<kv::QuantizedPages<kv::Int4>>();
+  if (name == "paged-k8v4") return paged.template operator()<kv::QuantizedPages<kv::Int8, kv::Int4>>();
   if (name == "window") {
     barato::require<barato::value_error>(!arg.empty(), "--kv '", spec, "': expected window:W or window:W,S");
     const auto comma = arg.find(',');

@@ -65,7 +65,7 @@ void add_flags(Cli& cli, Args& a) {
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--no-cache", a.no_cache, "recompute the whole sequence at every step (no KV reuse)")
       .flag("--json", a.json, "print one JSON object instead of the text")
-      .option("--kv", a.kv, "POLICY", "KV cache policy: contiguous | growable[:C] | paged[:B] | window:W[,S] | int8 | int4 | k8v4")
+      .option("--kv", a.kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
       .option("--draft", a.draft, "D", "speculative decoding drafter: int8 | int4-g128 | nf4 | ngram[:N] (default: none)")
       .option("--gamma", a.gamma, "G", "drafts per speculative verify pass")
       .option("--weights", a.weights, "W",

@@ -64,7 +64,7 @@ int tool_main(int argc, const char* const* argv) {
       .option("--weights", weights, "W",
               "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
               "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
-      .option("--kv", kv, "POLICY", "KV cache policy: contiguous | growable[:C] | paged[:B] | window:W[,S] | int8 | int4 | k8v4")
+      .option("--kv", kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
       .flag("--json", json, "print one JSON object")
       .flag("--quiet", quiet, "no progress on stderr")
       .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +

@@ -50,6 +50,20 @@ void read_block(const kv::QuantBlock<KF, VF>& b, std::size_t d, Stored& s) {
   }
 }
 
+template <class KF, class VF>
+void read_block(const kv::PagedQuantBlock<KF, VF>& b, std::size_t d, Stored& s) {
+  std::size_t rows = 0;
+  for (std::size_t i = 0; i < b.pages(); ++i) {
+    const kv::QuantBlock<KF, VF> pg = b.page(i);
+    for (std::size_t r = 0; r < pg.n; ++r) {  // the page view and the row interface agree
+      REQUIRE(pg.k_row(r) == b.k_row(rows + r));
+      REQUIRE(pg.v_scale_at(r) == b.v_scale_at(rows + r));
+    }
+    rows += pg.n;
+    read_block(pg, d, s);
+  }
+}
+
 template <class Cache>
 Stored stored(const Cache& c, std::size_t h) {
   Stored s;
@@ -97,7 +111,8 @@ constexpr std::size_t kHeads = 2, kDim = 40, kCap = 96;  // d = 40: a vector par
   test::ContiguousFixture, test::GrowableFixture<16>, test::GrowableFixture<7>, test::PagedFixture<16>,          \
       test::PagedFixture<8>, test::PagedFixture<32>, test::WindowFixture<200, 0>, test::WindowFixture<150, 4>, \
       test::QuantizedFixture<kv::Int8, kv::Int8>, test::QuantizedFixture<kv::Int4, kv::Int4>,                   \
-      test::QuantizedFixture<kv::Int8, kv::Int4>
+      test::QuantizedFixture<kv::Int8, kv::Int4>, test::PagedQuantizedFixture<kv::Int8, kv::Int8>,               \
+      test::PagedQuantizedFixture<kv::Int8, kv::Int4>
 
 TEST_CASE_TEMPLATE("cache contract: append, read back, truncate, bytes", F, BARATO_POLICIES) {
   static_assert(kv::CachePolicy<typename F::Cache>);

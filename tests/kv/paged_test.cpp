@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "barato/attention/attend.hpp"
+#include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
+#include "barato/kv/quantized.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -373,4 +375,88 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
     CHECK(capacity_errors > 0);
     CHECK(st.blocks_evicted > 0);
   }
+}
+
+TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + copy-on-write, bytes == allocator", F,
+                   kv::QuantizedPages<kv::Int8>, kv::QuantizedPages<kv::Int8, kv::Int4>) {
+  using KF = typename F::key_format;
+  using VF = typename F::value_format;
+  const Shape s{.L = 2, .H = 2, .d = 64, .B = 16};
+  const std::size_t n = 75;
+  CountingResource mem;
+  kv::PagedPool<F> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 16}, &mem);
+  // scales included: one fp32 per token, head and K or V
+  const std::size_t per_token = kv::Quantized<KF, VF>::bytes_per_token(s.H, s.d);
+  CHECK(pool.bytes_reserved() == mem.current());
+  CHECK(pool.block_bytes() == s.L * s.B * per_token);
+  CHECK(pool.bytes_reserved() == 16 * pool.block_bytes());
+
+  const auto k = test::random_vector(n * s.H * s.d, 7), v = test::random_vector(n * s.H * s.d, 8);
+  const SeqId a = pool.add_sequence();
+  for (std::size_t l = 0; l < s.L; ++l) pool.append(a, l, k, v);
+  kv::Quantized<KF, VF> ref(s.H, s.d, n);
+  ref.append(k, v);
+  const auto view = pool.view(a, 1);
+  CHECK(view.bytes_used() == n * per_token);
+  CHECK(mem.current() == pool.bytes_reserved());  // appends allocate nothing
+
+  // Every stored code and scale equals kv::Quantized's (the same quantiser): compare row by row.
+  for (std::size_t h = 0; h < s.H; ++h) {
+    std::size_t pages = 0, next = 0;
+    std::size_t blocks = 0;
+    view.for_each_block(h, [&](const kv::PagedQuantBlock<KF, VF>& all) {  // one block spanning every page
+      ++blocks;
+      CHECK(all.n == n);
+      for (std::size_t i = 0; i < all.pages(); ++i) {
+      const kv::QuantBlock<KF, VF> pg = all.page(i);
+      CHECK(pg.pos0 == next);
+      ref.for_each_block(h, [&](const kv::QuantBlock<KF, VF>& whole) {
+        for (std::size_t r = 0; r < pg.n; ++r) {
+          CHECK(pg.k_scale[r] == whole.k_scale[pg.pos0 + r]);
+          CHECK(pg.v_scale[r] == whole.v_scale[pg.pos0 + r]);
+          CHECK(std::equal(pg.k + r * pg.k_stride, pg.k + r * pg.k_stride + KF::row_bytes(s.d),
+                           whole.k + (pg.pos0 + r) * whole.k_stride));
+          CHECK(std::equal(pg.v + r * pg.v_stride, pg.v + r * pg.v_stride + VF::row_bytes(s.d),
+                           whole.v + (pg.pos0 + r) * whole.v_stride));
+        }
+      });
+      next += pg.n;
+      ++pages;
+      }
+    });
+    CHECK(blocks == 1);
+    CHECK(next == n);
+    CHECK(pages == (n + s.B - 1) / s.B);
+  }
+
+  // Attention over the pages equals attention over the one-block cache bitwise: the same kernel reads
+  // the same codes and scales in the same order, through the page table (GQA staging and MHA rows).
+  const attention::Heads heads{.n_q = 6, .n_kv = s.H, .head_dim = s.d};
+  const auto q = test::random_vector(heads.q_dim(), 9, -2.f, 2.f);
+  std::vector<float> got(q.size()), want(q.size());
+  attention::decode(q, view, heads, got);
+  attention::decode(q, ref, heads, want);
+  CHECK(got == want);
+  const attention::Heads mha{.n_q = s.H, .n_kv = s.H, .head_dim = s.d};
+  const auto q1 = test::random_vector(mha.q_dim(), 12, -2.f, 2.f);
+  std::vector<float> got1(q1.size()), want1(q1.size());
+  attention::decode(q1, view, mha, got1);
+  attention::decode(q1, ref, mha, want1);
+  CHECK(got1 == want1);
+
+  // fork shares every page; appending to the fork copies the shared partial page (codes and scales),
+  // so the original sequence reads exactly what it read before.
+  const SeqId b = pool.fork(a);
+  const std::size_t used = pool.used_blocks();
+  const auto k2 = test::random_vector(3 * s.H * s.d, 10), v2 = test::random_vector(3 * s.H * s.d, 11);
+  for (std::size_t l = 0; l < s.L; ++l) pool.append(b, l, k2, v2);
+  CHECK(pool.used_blocks() == used + 1);
+  std::vector<float> again(q.size());
+  attention::decode(q, pool.view(a, 1), heads, again);
+  CHECK(again == got);
+  std::vector<float> forked(q.size());
+  attention::decode(q, pool.view(b, 1), heads, forked);
+  CHECK(forked != got);
+  pool.release(b);
+  CHECK(pool.used_blocks() == used);
 }

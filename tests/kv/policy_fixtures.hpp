@@ -109,4 +109,26 @@ struct QuantizedFixture {
   static double attn_tol() { return (KF::kBits == 4 || VF::kBits == 4) ? kInt4AttnRelTol : kInt8AttnRelTol; }
 };
 
+/// A paged pool of quantized pages (8-token pages, so a sequence spans many of them).
+template <class KF, class VF>
+struct PagedQuantizedFixture {
+  using Format = kv::QuantizedPages<KF, VF>;
+  using Cache = kv::PagedView<Format>;
+  static constexpr const char* kName = "paged-quantized";
+  static constexpr bool kBounded = true;
+  static constexpr bool kExactAttention = false;
+  static constexpr std::size_t kBlock = 8;
+  std::unique_ptr<kv::PagedPool<Format>> pool;
+  std::optional<Cache> view;
+  PagedQuantizedFixture(std::size_t h, std::size_t d, std::size_t cap)
+      : pool(std::make_unique<kv::PagedPool<Format>>(kv::PagedConfig{
+            .n_layers = 2, .n_kv_heads = h, .head_dim = d, .block_tokens = kBlock, .n_blocks = (cap + kBlock - 1) / kBlock})) {
+    view.emplace(pool->view(pool->add_sequence(), 1));
+  }
+  Cache& cache() { return *view; }
+  static std::size_t token_bytes(std::size_t h, std::size_t d) { return kv::Quantized<KF, VF>::bytes_per_token(h, d); }
+  static double element_error(double absmax) { return QuantizedFixture<KF, VF>::element_error(absmax); }
+  static double attn_tol() { return QuantizedFixture<KF, VF>::attn_tol(); }
+};
+
 }  // namespace barato::test

@@ -23,6 +23,11 @@
 ///    before touching anything: every sequence, count and the free list are unchanged.
 ///  - **Attention** reads the pages in place: `for_each_block` yields one `PagedBlock` per head that
 ///    spans all its pages (kv/paged_block.hpp; no gather copy), so one kernel call covers every page.
+///  - **Page formats.** `PagedPool<T>` stores fp32 / fp16 / bf16 rows, `PagedPool<QuantizedPages<KF,
+///    VF>>` int8 / int4 codes with one fp32 scale per token and KV head (kv/quantized.hpp: the same
+///    quantiser and kernel as `kv::Quantized`, bitwise the same attention), and then hands attention a
+///    `PagedQuantBlock`. Block tables, forks, copy-on-write (codes and scales), prefix sharing and the
+///    capacity guarantee are the same code for every format; `block_bytes()` includes the scales.
 ///
 /// `PagedView` (one sequence, one layer) is what a model holds; it satisfies `kv::CachePolicy`.
 /// Views refer to the pool, which therefore neither moves nor copies.
@@ -33,6 +38,7 @@
 #include <cstring>
 #include <memory_resource>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "barato/core/dtype.hpp"
@@ -43,6 +49,7 @@
 #include "barato/kv/cache_policy.hpp"
 #include "barato/kv/paged_block.hpp"
 #include "barato/kv/prefix_cache.hpp"
+#include "barato/kv/quantized.hpp"
 #include "barato/simd/convert.hpp"
 
 namespace barato::kv {
@@ -60,21 +67,98 @@ struct PagedConfig {
 /// Id of a sequence in a `PagedPool`.
 using SeqId = std::uint32_t;
 
+/// Page format of a `PagedPool` that stores keys as KF codes and values as VF codes (kv/quantized.hpp:
+/// `Int8`, `Int4`) with one fp32 absmax scale per token and KV head, quantised on append exactly as
+/// `kv::Quantized<KF, VF>` does. `PagedPool<QuantizedPages<Int8>>` is the paged int8 KV cache.
+template <KvFormat KF, KvFormat VF = KF>
+struct QuantizedPages {
+  using key_format = KF;
+  using value_format = VF;
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool kIsQuantizedPages = false;
+template <KvFormat KF, KvFormat VF>
+inline constexpr bool kIsQuantizedPages<QuantizedPages<KF, VF>> = true;
+}  // namespace detail
+
+/// What a `PagedPool` can store: an element type (fp32 / fp16 / bf16 rows) or `QuantizedPages<KF, VF>`.
+template <class T>
+concept PageFormat = Element<T> || detail::kIsQuantizedPages<T>;
+
+namespace detail {
+/// The rows of a pool's pages: [n_blocks · n_layers · n_kv_heads · B] rows of head_dim for K and V.
+template <class T>
+struct PageStore;
+
 template <Element T>
+struct PageStore<T> {
+  using block_type = PagedBlock<T>;
+  std::size_t d;
+  Buffer<T> k, v;  // [rows, d]
+  PageStore(std::size_t rows, std::size_t d_, std::pmr::memory_resource* mr) : d(d_), k(rows * d_, mr), v(rows * d_, mr) {}
+  /// Bytes of one row of K plus V.
+  [[nodiscard]] static constexpr std::size_t row_bytes(std::size_t d) noexcept { return 2 * d * sizeof(T); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return k.bytes() + v.bytes(); }
+  void write(std::size_t row, const float* kr, const float* vr) noexcept {
+    simd::from_float<T>(kr, k.data() + row * d, d);
+    simd::from_float<T>(vr, v.data() + row * d, d);
+  }
+  void copy(std::size_t dst, std::size_t src, std::size_t rows) noexcept {
+    std::memcpy(k.data() + dst * d, k.data() + src * d, rows * d * sizeof(T));
+    std::memcpy(v.data() + dst * d, v.data() + src * d, rows * d * sizeof(T));
+  }
+};
+
+template <KvFormat KF, KvFormat VF>
+struct PageStore<QuantizedPages<KF, VF>> {
+  using block_type = PagedQuantBlock<KF, VF>;
+  std::size_t d, k_row, v_row;     // head_dim; bytes of one row of key / value codes
+  Buffer<std::uint8_t> kc, vc;     // [rows, k_row], [rows, v_row]
+  Buffer<float> ks, vs;            // [rows] scales
+  PageStore(std::size_t rows, std::size_t d_, std::pmr::memory_resource* mr)
+      : d(d_), k_row(KF::row_bytes(d_)), v_row(VF::row_bytes(d_)), kc(rows * k_row, mr), vc(rows * v_row, mr),
+        ks(rows, mr), vs(rows, mr) {}
+  [[nodiscard]] static constexpr std::size_t row_bytes(std::size_t d) noexcept {
+    return KF::row_bytes(d) + VF::row_bytes(d) + 2 * sizeof(float);
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return kc.bytes() + vc.bytes() + ks.bytes() + vs.bytes(); }
+  void write(std::size_t row, const float* kr, const float* vr) noexcept {
+    ks.data()[row] = quantize_row<KF>(kr, d, kc.data() + row * k_row);
+    vs.data()[row] = quantize_row<VF>(vr, d, vc.data() + row * v_row);
+  }
+  void copy(std::size_t dst, std::size_t src, std::size_t rows) noexcept {
+    std::memcpy(kc.data() + dst * k_row, kc.data() + src * k_row, rows * k_row);
+    std::memcpy(vc.data() + dst * v_row, vc.data() + src * v_row, rows * v_row);
+    std::memcpy(ks.data() + dst, ks.data() + src, rows * sizeof(float));
+    std::memcpy(vs.data() + dst, vs.data() + src, rows * sizeof(float));
+  }
+  /// The rows of one head reached through `table`: row 0 of physical page 0 is store row `row0`,
+  /// pages are `page_stride` rows apart.
+  [[nodiscard]] block_type block(std::size_t row0, const std::uint32_t* table, std::size_t page_rows, std::size_t page_stride,
+                                 std::size_t n) const noexcept {
+    return {kc.data() + row0 * k_row, ks.data() + row0, vc.data() + row0 * v_row, vs.data() + row0, table, page_rows,
+            page_stride, n, k_row, v_row, 0, block_type::shift_for(page_rows)};
+  }
+};
+}  // namespace detail
+
+template <PageFormat T>
 class PagedView;
 
-template <Element T = float>
+template <PageFormat T = float>
 class PagedPool {
  public:
   using element_type = T;
-  using block_type = PagedBlock<T>;
+  using block_type = typename detail::PageStore<T>::block_type;
   using BlockId = std::uint32_t;
   static constexpr BlockId kNoBlock = 0xFFFFFFFFu;
 
   /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension.
   explicit PagedPool(const PagedConfig& cfg, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
-      : cfg_(checked(cfg)), block_elems_(cfg.n_layers * cfg.n_kv_heads * cfg.block_tokens * cfg.head_dim),
-        k_(cfg.n_blocks * block_elems_, mr), v_(cfg.n_blocks * block_elems_, mr), ref_(cfg.n_blocks, 0),
+      : cfg_(checked(cfg)), block_rows_(cfg.n_layers * cfg.n_kv_heads * cfg.block_tokens),
+        block_elems_(block_rows_ * cfg.head_dim), store_(cfg.n_blocks * block_rows_, cfg.head_dim, mr), ref_(cfg.n_blocks, 0),
         prev_(cfg.n_blocks + 1), next_(cfg.n_blocks + 1), hashed_(cfg.n_blocks, 0), hash_(cfg.n_blocks, 0),
         parent_(cfg.n_blocks, 0), tok_(cfg.n_blocks * cfg.block_tokens, 0) {
     // Free list: sentinel at index n_blocks; all blocks free in id order.
@@ -95,9 +179,9 @@ class PagedPool {
   [[nodiscard]] std::size_t free_blocks() const noexcept { return n_free_; }
   [[nodiscard]] std::size_t used_blocks() const noexcept { return cfg_.n_blocks - n_free_; }
   /// Bytes of one block (all layers, K and V).
-  [[nodiscard]] std::size_t block_bytes() const noexcept { return 2 * block_elems_ * sizeof(T); }
-  /// Bytes of the pool's K/V storage (what it holds from its memory resource for pages).
-  [[nodiscard]] std::size_t bytes_reserved() const noexcept { return k_.bytes() + v_.bytes(); }
+  [[nodiscard]] std::size_t block_bytes() const noexcept { return block_rows_ * detail::PageStore<T>::row_bytes(cfg_.head_dim); }
+  /// Bytes of the pool's K/V storage, scales included (what it holds from its memory resource for pages).
+  [[nodiscard]] std::size_t bytes_reserved() const noexcept { return store_.bytes(); }
   /// Bytes of the blocks currently referenced by some sequence.
   [[nodiscard]] std::size_t bytes_in_use() const noexcept { return used_blocks() * block_bytes(); }
   /// Bytes occupied by stored positions: Σ over live sequences of their positions (max over layers),
@@ -247,28 +331,31 @@ class PagedPool {
     for (std::size_t p = p0; p < p1; ++p) {
       const BlockId b = s.table[p / B];
       for (std::size_t h = 0; h < H; ++h) {
-        const std::size_t dst = offset(b, layer, h) + (p % B) * d;
         const std::size_t src = (p - p0) * row + h * d;
-        simd::from_float<T>(k.data() + src, k_.data() + dst, d);
-        simd::from_float<T>(v.data() + src, v_.data() + dst, d);
+        store_.write(row_index(b, layer, h) + p % B, k.data() + src, v.data() + src);
       }
     }
     s.len[layer] = p1;
     register_full_blocks(s);
   }
 
-  /// Calls f(PagedBlock<T>) once for KV head h of (sequence, layer) when it holds positions: all of
-  /// them (pos0 = 0), rows reached through the sequence's block table. The view points into the pool
-  /// and the table (valid until the next mutation). `PagedBlock::page(i)` is logical page i.
+  /// Calls f once for KV head h of (sequence, layer) when it holds positions: one block spanning all
+  /// of them (pos0 = 0), rows reached through the sequence's block table — a `PagedBlock<T>` for
+  /// element pages, a `PagedQuantBlock<KF, VF>` for quantized pages (`page(i)` is logical page i).
+  /// The view points into the pool and the table (valid until the next mutation).
   template <class F>
   void for_each_block(SeqId id, std::size_t layer, std::size_t h, F&& f) const {
     const Seq& s = seqs_[id];
     BARATO_ASSERT(s.live && layer < cfg_.n_layers && h < cfg_.n_kv_heads);
     const std::size_t n = s.len[layer];
     if (n == 0) return;
-    const std::size_t off = offset(0, layer, h);
-    f(PagedBlock<T>{k_.data() + off, v_.data() + off, s.table.data(), cfg_.block_tokens, block_elems_, n,
-                    cfg_.head_dim, 0});
+    if constexpr (Element<T>) {
+      const std::size_t off = row_index(0, layer, h) * cfg_.head_dim;
+      f(PagedBlock<T>{store_.k.data() + off, store_.v.data() + off, s.table.data(), cfg_.block_tokens, block_elems_, n,
+                      cfg_.head_dim, 0});
+    } else {
+      f(store_.block(row_index(0, layer, h), s.table.data(), cfg_.block_tokens, block_rows_, n));
+    }
   }
 
   /// The view of one (sequence, layer): what a model's layer holds. Valid while the sequence lives.
@@ -295,11 +382,15 @@ class PagedPool {
   [[nodiscard]] const PrefixCacheStats& prefix_stats() const noexcept { return stats_; }
   [[nodiscard]] std::size_t cached_blocks() const noexcept { return index_.size(); }
   /// Key / value row (layer, head, position) of a sequence: a view into the pool's page.
-  [[nodiscard]] std::span<const T> key(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
-    return {k_.data() + row_offset(id, layer, h, pos), cfg_.head_dim};
+  [[nodiscard]] std::span<const T> key(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const
+    requires Element<T>
+  {
+    return {store_.k.data() + row_offset(id, layer, h, pos) * cfg_.head_dim, cfg_.head_dim};
   }
-  [[nodiscard]] std::span<const T> value(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
-    return {v_.data() + row_offset(id, layer, h, pos), cfg_.head_dim};
+  [[nodiscard]] std::span<const T> value(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const
+    requires Element<T>
+  {
+    return {store_.v.data() + row_offset(id, layer, h, pos) * cfg_.head_dim, cfg_.head_dim};
   }
 
  private:
@@ -344,14 +435,15 @@ class PagedPool {
     seqs_[id].len.assign(cfg_.n_layers, 0);
     return id;
   }
-  [[nodiscard]] std::size_t offset(BlockId b, std::size_t layer, std::size_t h) const noexcept {
-    return b * block_elems_ + (layer * cfg_.n_kv_heads + h) * cfg_.block_tokens * cfg_.head_dim;
+  /// Row of (block b, layer, head h, position 0 of the block) in the page store.
+  [[nodiscard]] std::size_t row_index(BlockId b, std::size_t layer, std::size_t h) const noexcept {
+    return b * block_rows_ + (layer * cfg_.n_kv_heads + h) * cfg_.block_tokens;
   }
   [[nodiscard]] std::size_t row_offset(SeqId id, std::size_t layer, std::size_t h, std::size_t pos) const {
     const Seq& s = live(id);
     require(layer < cfg_.n_layers && h < cfg_.n_kv_heads && pos < s.len[layer], "kv::PagedPool: (layer ", layer,
             ", head ", h, ", pos ", pos, ") out of range");
-    return offset(s.table[pos / cfg_.block_tokens], layer, h) + (pos % cfg_.block_tokens) * cfg_.head_dim;
+    return row_index(s.table[pos / cfg_.block_tokens], layer, h) + pos % cfg_.block_tokens;
   }
   [[nodiscard]] bool same_block(BlockId b, std::uint64_t parent, std::span<const Token> toks) const noexcept {
     return hashed_[b] != 0 && parent_[b] == parent &&
@@ -402,8 +494,7 @@ class PagedPool {
   BlockId writable(BlockId b) {
     if (ref_[b] > 1) {
       const BlockId c = take_free();
-      std::memcpy(k_.data() + c * block_elems_, k_.data() + b * block_elems_, block_elems_ * sizeof(T));
-      std::memcpy(v_.data() + c * block_elems_, v_.data() + b * block_elems_, block_elems_ * sizeof(T));
+      store_.copy(c * block_rows_, b * block_rows_, block_rows_);
       --ref_[b];
       return c;
     }
@@ -444,9 +535,9 @@ class PagedPool {
   }
 
   PagedConfig cfg_;
-  std::size_t block_elems_;          // n_layers · n_kv_heads · B · head_dim
-  Buffer<T> k_;                      // [n_blocks, n_layers, n_kv_heads, B, head_dim]
-  Buffer<T> v_;                      // [n_blocks, n_layers, n_kv_heads, B, head_dim]
+  std::size_t block_rows_;           // n_layers · n_kv_heads · B
+  std::size_t block_elems_;          // block_rows_ · head_dim
+  detail::PageStore<T> store_;       // rows [n_blocks, n_layers, n_kv_heads, B] of K and V (and scales)
   std::vector<std::uint32_t> ref_;   // [n_blocks] reference counts
   std::vector<BlockId> prev_, next_;  // [n_blocks + 1] intrusive free list, sentinel last
   std::size_t n_free_ = 0;
@@ -462,11 +553,11 @@ class PagedPool {
 
 /// One (sequence, layer) of a `PagedPool`: the per-layer cache a model holds. Satisfies
 /// `kv::CachePolicy`; a cheap handle (pointer + ids), copyable.
-template <Element T = float>
+template <PageFormat T = float>
 class PagedView {
  public:
   using element_type = T;
-  using block_type = PagedBlock<T>;
+  using block_type = typename PagedPool<T>::block_type;
 
   PagedView(PagedPool<T>& pool, SeqId seq, std::size_t layer) noexcept : pool_(&pool), seq_(seq), layer_(layer) {}
 
@@ -500,5 +591,7 @@ class PagedView {
 
 static_assert(CachePolicy<PagedView<float>>);
 static_assert(CachePolicy<PagedView<f16>>);
+static_assert(CachePolicy<PagedView<QuantizedPages<Int8>>>);
+static_assert(CachePolicy<PagedView<QuantizedPages<Int8, Int4>>>);
 
 }  // namespace barato::kv

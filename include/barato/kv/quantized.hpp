@@ -144,6 +144,8 @@ template <class Arch, KvFormat F>
 /// The view a quantized cache hands to attention for one KV head: `n` rows from logical position `pos0`.
 template <KvFormat KF, KvFormat VF>
 struct QuantBlock {
+  using key_format = KF;
+  using value_format = VF;
   const std::uint8_t* k = nullptr;   ///< [n, k_stride] key codes
   const float* k_scale = nullptr;    ///< [n] key row scales
   const std::uint8_t* v = nullptr;   ///< [n, v_stride] value codes
@@ -152,29 +154,34 @@ struct QuantBlock {
   std::size_t k_stride = 0;          ///< bytes between key rows (≥ KF::row_bytes(d))
   std::size_t v_stride = 0;          ///< bytes between value rows
   std::size_t pos0 = 0;              ///< logical position of row 0
+
+  /// Codes and scale of row r (the row interface the quantized kernel reads; a paged block has the
+  /// same interface over its page table, kv/paged_block.hpp).
+  [[nodiscard]] const std::uint8_t* k_row(std::size_t r) const noexcept { return k + r * k_stride; }
+  [[nodiscard]] const std::uint8_t* v_row(std::size_t r) const noexcept { return v + r * v_stride; }
+  [[nodiscard]] float k_scale_at(std::size_t r) const noexcept { return k_scale[r]; }
+  [[nodiscard]] float v_scale_at(std::size_t r) const noexcept { return v_scale[r]; }
 };
 
-/// Row source of a `QuantBlock` for `attention::accumulate_rows`.
-template <KvFormat KF, KvFormat VF>
+/// Row source of a quantized block (`QuantBlock`, `PagedQuantBlock`) for `attention::accumulate_rows`.
+template <class Blk>
 struct QuantRows {
+  using KF = typename Blk::key_format;
+  using VF = typename Blk::value_format;
   static constexpr bool kScaled = true;
-  const QuantBlock<KF, VF>& blk;
+  const Blk& blk;
   template <class Arch>
   [[nodiscard]] simd::Batch<float, Arch> k(std::size_t r, std::size_t c) const noexcept {
-    return load_codes<Arch, KF>(blk.k + r * blk.k_stride, c);
+    return load_codes<Arch, KF>(blk.k_row(r), c);
   }
   template <class Arch>
   [[nodiscard]] simd::Batch<float, Arch> v(std::size_t r, std::size_t c) const noexcept {
-    return load_codes<Arch, VF>(blk.v + r * blk.v_stride, c);
+    return load_codes<Arch, VF>(blk.v_row(r), c);
   }
-  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept {
-    return static_cast<float>(KF::code(blk.k + r * blk.k_stride, c));
-  }
-  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept {
-    return static_cast<float>(VF::code(blk.v + r * blk.v_stride, c));
-  }
-  [[nodiscard]] float k_scale(std::size_t r) const noexcept { return blk.k_scale[r]; }
-  [[nodiscard]] float v_scale(std::size_t r) const noexcept { return blk.v_scale[r]; }
+  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(KF::code(blk.k_row(r), c)); }
+  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(VF::code(blk.v_row(r), c)); }
+  [[nodiscard]] float k_scale(std::size_t r) const noexcept { return blk.k_scale_at(r); }
+  [[nodiscard]] float v_scale(std::size_t r) const noexcept { return blk.v_scale_at(r); }
 };
 
 /// Largest head_dim whose rows are staged for GQA, and rows per stage (2 · 32 · 128 floats = 32 KiB
@@ -190,14 +197,19 @@ inline constexpr std::size_t kStageRows = 32;
 ///    kStageRows rows are dequantised once (code · scale) into an L1 scratch and folded by the dense
 ///    kernel, `attention::accumulate` (which has the fixed-dimension fast path for d = 64 / 128).
 /// Either way the online-softmax logic is attention's, not a copy of it.
-template <class Arch = simd::DefaultArch, KvFormat KF, KvFormat VF>
-void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const QuantBlock<KF, VF>& blk, std::size_t r0,
-                std::size_t r1, float* o, attention::PartialStats* st) noexcept {
+namespace detail {
+/// The kernel of the quantized block types (see `accumulate` below), over any block with the row
+/// interface of `QuantBlock` (k_row, v_row, k_scale_at, v_scale_at, pos0).
+template <class Arch, class Blk>
+void accumulate_quantized(const float* q, std::size_t g, std::size_t d, float scale, const Blk& blk, std::size_t r0,
+                          std::size_t r1, float* o, attention::PartialStats* st) noexcept {
+  using KF = typename Blk::key_format;
+  using VF = typename Blk::value_format;
   using Bt = simd::Batch<float, Arch>;
   constexpr std::size_t W = Bt::size;
   const std::size_t dp = (d + W - 1) / W * W;  // padded row of the scratch (aligned loads)
   if (g == 1 || dp > kMaxStagedHeadDim) {
-    attention::accumulate_rows<Arch>(q, g, d, scale, QuantRows<KF, VF>{blk}, r0, r1, o, st);
+    attention::accumulate_rows<Arch>(q, g, d, scale, QuantRows<Blk>{blk}, r0, r1, o, st);
     return;
   }
   alignas(64) float kf[kStageRows * kMaxStagedHeadDim];  // [kStageRows, dp] dequantised keys
@@ -206,9 +218,9 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
   for (std::size_t r = r0; r < r1; r += kStageRows) {
     const std::size_t nr = std::min(kStageRows, r1 - r);
     for (std::size_t j = 0; j < nr; ++j) {
-      const std::uint8_t* kr = blk.k + (r + j) * blk.k_stride;
-      const std::uint8_t* vr = blk.v + (r + j) * blk.v_stride;
-      const float ks = blk.k_scale[r + j], vs = blk.v_scale[r + j];
+      const std::uint8_t* kr = blk.k_row(r + j);
+      const std::uint8_t* vr = blk.v_row(r + j);
+      const float ks = blk.k_scale_at(r + j), vs = blk.v_scale_at(r + j);
       for (std::size_t c = 0; c < dv; c += W) {
         (load_codes<Arch, KF>(kr, c) * Bt(ks)).store_aligned(kf + j * dp + c);
         (load_codes<Arch, VF>(vr, c) * Bt(vs)).store_aligned(vf + j * dp + c);
@@ -221,6 +233,13 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
     const DenseBlock<float> stage{kf, vf, nr, dp, blk.pos0 + r};
     attention::accumulate<Arch>(q, g, d, scale, stage, 0, nr, o, st);
   }
+}
+}  // namespace detail
+
+template <class Arch = simd::DefaultArch, KvFormat KF, KvFormat VF>
+void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const QuantBlock<KF, VF>& blk, std::size_t r0,
+                std::size_t r1, float* o, attention::PartialStats* st) noexcept {
+  detail::accumulate_quantized<Arch>(q, g, d, scale, blk, r0, r1, o, st);
 }
 
 // ------------------------------------------------------------------------------------------------
