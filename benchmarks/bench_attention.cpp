@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <ctime>
 #include <span>
 #include <utility>
 #include <vector>
@@ -30,18 +29,12 @@
 #include "barato/kv/contiguous.hpp"
 #include "dram_probe.hpp"
 #include "support/reference.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using namespace barato;
-
-/// Seconds of CPU time of the calling thread: like Google Benchmark's default (CPU) time, it is not
-/// inflated when other processes share the cores.
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
+using barato_examples::paired_medians;
 
 const std::vector<std::int64_t> kDims = {64, 128};
 const std::vector<std::int64_t> kContexts = {16, 64, 256, 1024, 4096, 16384};
@@ -59,44 +52,6 @@ struct Head {
   }
   [[nodiscard]] std::span<const float> last_query() const { return {q.data() + (n - 1) * d, d}; }
 };
-
-/// Calls per batch so that one batch of `f()` takes ≥ ~2 ms of CPU time.
-template <class F>
-std::size_t batch_reps(F&& f) {
-  std::size_t reps = 1;
-  for (;;) {
-    const double t0 = thread_seconds();
-    for (std::size_t r = 0; r < reps; ++r) f();
-    if (thread_seconds() - t0 >= 2e-3 || reps >= (1u << 24)) return reps;
-    reps *= 2;
-  }
-}
-
-/// CPU seconds per call of one batch of `reps` calls.
-template <class F>
-double batch_seconds(F&& f, std::size_t reps) {
-  const double t0 = thread_seconds();
-  for (std::size_t r = 0; r < reps; ++r) f();
-  return (thread_seconds() - t0) / static_cast<double>(reps);
-}
-
-double median(std::vector<double> t) {
-  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-  return t[t.size() / 2];
-}
-
-/// Median CPU seconds per call of `f` and of `g`, measured in alternating batches (9 each), so that
-/// both see the same machine state: the ratio is robust to other processes sharing cache and memory.
-template <class F, class G>
-std::pair<double, double> paired_medians(F&& f, G&& g) {
-  const std::size_t rf = batch_reps(f), rg = batch_reps(g);
-  std::vector<double> tf, tg;
-  for (int i = 0; i < 9; ++i) {
-    tf.push_back(batch_seconds(f, rf));
-    tg.push_back(batch_seconds(g, rg));
-  }
-  return {median(tf), median(tg)};
-}
 
 void eigen_step(const Head& hd, std::span<float> scores, std::span<float> out);
 

@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <ctime>
 #include <cstdlib>
 #include <memory>
 #include <memory_resource>
@@ -49,10 +48,12 @@
 #include "barato/kv/quantized.hpp"
 #include "barato/simd/arch.hpp"
 #include "support/reference.hpp"
+#include "timing.hpp"
 
 namespace {
 
 using namespace barato;
+using barato_examples::paired_medians;
 
 struct Shape {
   const char* name;
@@ -82,43 +83,6 @@ class HugePageResource final : public std::pmr::memory_resource {
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
 };
 HugePageResource g_huge;
-
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-/// Calls per batch so that one batch takes ≥ ~2 ms.
-template <class F>
-std::size_t calls_per_batch(F& f) {
-  std::size_t reps = 1;
-  for (;;) {
-    const double t0 = thread_seconds();
-    for (std::size_t i = 0; i < reps; ++i) f();
-    if (thread_seconds() - t0 > 2e-3 || reps > (1u << 20)) return reps;
-    reps *= 2;
-  }
-}
-
-/// Median seconds per call of f and of g, measured in interleaved batches (so both see the same
-/// machine state; the cores are shared).
-template <class F, class G>
-std::pair<double, double> interleaved_medians(F&& f, G&& g, int batches = 11) {
-  const std::size_t rf = calls_per_batch(f), rg = calls_per_batch(g);
-  std::vector<double> tf, tg;
-  for (int b = 0; b < batches; ++b) {
-    double t0 = thread_seconds();
-    for (std::size_t i = 0; i < rf; ++i) f();
-    tf.push_back((thread_seconds() - t0) / static_cast<double>(rf));
-    t0 = thread_seconds();
-    for (std::size_t i = 0; i < rg; ++i) g();
-    tg.push_back((thread_seconds() - t0) / static_cast<double>(rg));
-  }
-  std::nth_element(tf.begin(), tf.begin() + batches / 2, tf.end());
-  std::nth_element(tg.begin(), tg.begin() + batches / 2, tg.end());
-  return {tf[static_cast<std::size_t>(batches / 2)], tg[static_cast<std::size_t>(batches / 2)]};
-}
 
 /// A shape's data: k, v [n, H_kv, d] (the same rows in every layer), the query [H_q, d], and the
 /// contiguous baseline: `layers` caches, enough to exceed kColdBytes.
@@ -203,7 +167,7 @@ void run(benchmark::State& state, Case& c, const std::vector<Cache>& caches) {
       benchmark::DoNotOptimize(c.out.data());
     }
   };
-  const auto [t_policy, t_contig] = interleaved_medians(step, base);
+  const auto [t_policy, t_contig] = paired_medians(step, base, 11);
   for (auto _ : state) step();
   const double L = static_cast<double>(c.layers);
   const double kv_bytes = static_cast<double>(caches.front().bytes_used());
@@ -221,8 +185,8 @@ void run(benchmark::State& state, Case& c, const std::vector<Cache>& caches) {
     // the same bytes read with no attention around them, this layout vs the contiguous one
     const auto mine = pieces_of(caches), base_pieces = pieces_of(c.contiguous);
     float sink = 0.0f;
-    const auto [r_policy, r_contig] = interleaved_medians([&] { sink += read_pieces(mine); },
-                                                          [&] { sink += read_pieces(base_pieces); });
+    const auto [r_policy, r_contig] = paired_medians([&] { sink += read_pieces(mine); },
+                                                          [&] { sink += read_pieces(base_pieces); }, 11);
     benchmark::DoNotOptimize(sink);
     state.counters["read_GBps"] = kv_bytes / (r_policy / L) * 1e-9;
     state.counters["read_vs_contiguous"] = r_policy / r_contig;

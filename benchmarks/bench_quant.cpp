@@ -17,7 +17,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -33,6 +32,7 @@
 #include "barato/quant/linear.hpp"
 #include "barato/quant/nf4.hpp"
 #include "dram_probe.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -65,12 +65,6 @@ std::vector<float> random_weights(std::size_t n, std::uint32_t seed) {
   return w;
 }
 
-/// CPU time of the calling thread in seconds.
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 // ---- DRAM read probe ---------------------------------------------------------------------------------
 
@@ -182,10 +176,10 @@ void run_set(benchmark::State& state, const std::string& key, const std::vector<
   double seconds = 0, cpu_seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double c0 = thread_cpu_seconds();
+    const double c0 = barato_examples::thread_seconds();
     for (const auto& m : set.mats) m->apply(x.data(), y.data(), threads);
     benchmark::DoNotOptimize(y.data());
-    cpu_seconds += thread_cpu_seconds() - c0;
+    cpu_seconds += barato_examples::thread_seconds() - c0;
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const double it = static_cast<double>(state.iterations());

@@ -24,7 +24,6 @@
 // Run:  tutorial_paged_cache [--seed S]
 
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -41,6 +40,7 @@
 #include "barato/core/token.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/paged.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -58,41 +58,6 @@ std::vector<float> rows(std::size_t n, std::size_t h, std::size_t d, std::mt1993
   std::vector<float> x(n * h * d);
   for (auto& e : x) e = u(rng);
   return x;
-}
-
-/// CPU seconds of the calling thread (not inflated when other processes share the cores).
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-/// Median thread-CPU seconds of one call of f and of g, measured in interleaved batches (≥ 2 ms each,
-/// median of 9) so both see the same machine state.
-template <class F, class G>
-std::pair<double, double> median_seconds(F&& f, G&& g) {
-  auto reps_for = [](auto& fn) {
-    std::size_t reps = 1;
-    for (;;) {
-      const double t0 = thread_seconds();
-      for (std::size_t i = 0; i < reps; ++i) fn();
-      if (thread_seconds() - t0 > 2e-3) return reps;
-      reps *= 2;
-    }
-  };
-  const std::size_t rf = reps_for(f), rg = reps_for(g);
-  std::vector<double> tf, tg;
-  for (int b = 0; b < 9; ++b) {
-    double t0 = thread_seconds();
-    for (std::size_t i = 0; i < rf; ++i) f();
-    tf.push_back((thread_seconds() - t0) / static_cast<double>(rf));
-    t0 = thread_seconds();
-    for (std::size_t i = 0; i < rg; ++i) g();
-    tg.push_back((thread_seconds() - t0) / static_cast<double>(rg));
-  }
-  std::nth_element(tf.begin(), tf.begin() + 4, tf.end());
-  std::nth_element(tg.begin(), tg.begin() + 4, tg.end());
-  return {tf[4], tg[4]};
 }
 
 }  // namespace
@@ -283,7 +248,7 @@ int main(int argc, char** argv) try {
         pool.append(b, l, kk, vv);
       }
     }
-    const auto [tc_all, tp_all] = median_seconds(
+    const auto [tc_all, tp_all] = barato_examples::paired_medians(
         [&] {
           for (const auto& c : flat) attention::decode(q, c, heads, out);
         },

@@ -158,7 +158,7 @@ class PagedPool {
   /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension.
   explicit PagedPool(const PagedConfig& cfg, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : cfg_(checked(cfg)), block_rows_(cfg.n_layers * cfg.n_kv_heads * cfg.block_tokens),
-        block_elems_(block_rows_ * cfg.head_dim), store_(cfg.n_blocks * block_rows_, cfg.head_dim, mr), ref_(cfg.n_blocks, 0),
+        store_(cfg.n_blocks * block_rows_, cfg.head_dim, mr), ref_(cfg.n_blocks, 0),
         prev_(cfg.n_blocks + 1), next_(cfg.n_blocks + 1), hashed_(cfg.n_blocks, 0), hash_(cfg.n_blocks, 0),
         parent_(cfg.n_blocks, 0), tok_(cfg.n_blocks * cfg.block_tokens, 0) {
     // Free list: sentinel at index n_blocks; all blocks free in id order.
@@ -351,7 +351,7 @@ class PagedPool {
     if (n == 0) return;
     if constexpr (Element<T>) {
       const std::size_t off = row_index(0, layer, h) * cfg_.head_dim;
-      f(PagedBlock<T>{store_.k.data() + off, store_.v.data() + off, s.table.data(), cfg_.block_tokens, block_elems_, n,
+      f(PagedBlock<T>{store_.k.data() + off, store_.v.data() + off, s.table.data(), cfg_.block_tokens, block_rows_ * cfg_.head_dim, n,
                       cfg_.head_dim, 0});
     } else {
       f(store_.block(row_index(0, layer, h), s.table.data(), cfg_.block_tokens, block_rows_, n));
@@ -536,7 +536,6 @@ class PagedPool {
 
   PagedConfig cfg_;
   std::size_t block_rows_;           // n_layers · n_kv_heads · B
-  std::size_t block_elems_;          // block_rows_ · head_dim
   detail::PageStore<T> store_;       // rows [n_blocks, n_layers, n_kv_heads, B] of K and V (and scales)
   std::vector<std::uint32_t> ref_;   // [n_blocks] reference counts
   std::vector<BlockId> prev_, next_;  // [n_blocks + 1] intrusive free list, sentinel last
