@@ -3,11 +3,14 @@
 //
 //   contiguous   kv::Contiguous<float>                         — the baseline (one block per head)
 //   paged/B      kv::PagedView<float> of a kv::PagedPool, B ∈ {8, 16, 32} tokens per block; the
-//                sequence's blocks are interleaved with a second sequence's in the pool, so pages are
-//                scattered as in a serving engine (attention walks the block table, no gather)
+//                sequence grows block by block beside a second one, as sequences do in a serving
+//                engine; the allocator gives each runs of consecutive pages (attention walks the
+//                block table, no gather)
+//   paged16-fragmented   the same sequence grown into a pool after churn (a random half of the
+//                blocks free): pages scattered, runs of ~2 pages
 //   int8 / int4 / k8v4   kv::Quantized<Int8>, <Int4>, <Int8, Int4> — codes + one fp32 scale per token
 //                per head, dequantised inside the kernel
-//   paged16-int8 kv::PagedView<QuantizedPages<Int8>>: the int8 codes and scales in scattered 16-token pages
+//   paged16-int8 kv::PagedView<QuantizedPages<Int8>>: the int8 codes and scales in 16-token pages
 //
 // Shapes (named): mha_d64 = 4 query heads over 4 KV heads of d = 64; gqa_qwen05b = 14 query heads
 // over 2 KV heads of d = 64 (Qwen2.5-0.5B's attention). n ∈ {256, 1024, 4096, 16384}. One thread.
@@ -36,6 +39,7 @@
 #include <memory>
 #include <memory_resource>
 #include <new>
+#include <random>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -105,7 +109,7 @@ struct Case {
 };
 
 /// The K/V pieces attention reads, in its order: per layer and KV head, each block's (or, for a
-/// paged block, each page's) key rows and value rows. Only for fp32 caches.
+/// paged block, each run of consecutive pages') key rows and value rows. Only for fp32 caches.
 struct Piece {
   const float* k;
   const float* v;
@@ -115,7 +119,16 @@ template <class Cache>
 std::vector<Piece> pieces_of(const std::vector<Cache>& caches) {
   std::vector<Piece> out;
   auto add = [&](const kv::DenseBlock<float>& b) {
-    out.push_back({b.k, b.v, (b.n - 1) * b.stride * sizeof(float) + caches.front().head_dim() * sizeof(float)});
+    const Piece p{b.k, b.v, (b.n - 1) * b.stride * sizeof(float) + caches.front().head_dim() * sizeof(float)};
+    if (!out.empty() && b.stride == caches.front().head_dim()) {  // a page right after the last piece extends it
+      Piece& last = out.back();
+      if (reinterpret_cast<const char*>(last.k) + last.bytes == reinterpret_cast<const char*>(p.k) &&
+          reinterpret_cast<const char*>(last.v) + last.bytes == reinterpret_cast<const char*>(p.v)) {
+        last.bytes += p.bytes;
+        return;
+      }
+    }
+    out.push_back(p);
   };
   for (const auto& cache : caches)
     for (std::size_t h = 0; h < cache.n_kv_heads(); ++h)
@@ -130,21 +143,28 @@ std::vector<Piece> pieces_of(const std::vector<Cache>& caches) {
 }
 
 /// Read probe: sums every float of the pieces (keys and values of a piece in step, as attention
-/// streams them), prefetching 32 KiB ahead in that order like the paged kernel. What one core's
-/// memory system gives for this layout with no arithmetic around it.
+/// streams them), prefetching 32 KiB ahead in that order, like the paged kernel, where the bytes
+/// ahead lie in a short piece (< 64 KiB) or in the first 4 KiB of a long one (the hardware prefetchers
+/// stream the rest). What one core's memory system gives for this layout with no arithmetic around it.
 float read_pieces(const std::vector<Piece>& ps) {
   using B = simd::Batch<float>;
   constexpr std::size_t W = B::size;
-  constexpr std::size_t kAhead = 8;  // pieces ahead (paged: 8 pages of 4 KiB = 32 KiB per stream)
+  constexpr std::size_t kAhead = 32 * 1024, kHead = 4096, kShort = 64 * 1024, kLine = 64;
+  std::size_t j = 0, off = 0;  // the position kAhead bytes ahead: piece j, byte off
+  auto advance = [&](std::size_t bytes) {
+    for (off += bytes; j < ps.size() && off >= ps[j].bytes; ++j) off -= ps[j].bytes;
+  };
+  advance(kAhead);
   B acc(0.0f);
-  for (std::size_t i = 0; i < ps.size(); ++i) {
-    const Piece& p = ps[i];
+  for (const Piece& p : ps) {
     const std::size_t n = p.bytes / sizeof(float);
-    const Piece* ahead = i + kAhead < ps.size() ? &ps[i + kAhead] : nullptr;
     for (std::size_t e = 0; e + W <= n; e += W) {
-      if (ahead != nullptr && e * sizeof(float) % 64 == 0 && e * sizeof(float) < ahead->bytes) {
-        prefetch_l2(reinterpret_cast<const char*>(ahead->k) + e * sizeof(float), 64);
-        prefetch_l2(reinterpret_cast<const char*>(ahead->v) + e * sizeof(float), 64);
+      if (e * sizeof(float) % kLine == 0) {
+        if (j < ps.size() && (off < kHead || ps[j].bytes < kShort)) {
+          prefetch_l2(reinterpret_cast<const char*>(ps[j].k) + off, kLine);
+          prefetch_l2(reinterpret_cast<const char*>(ps[j].v) + off, kLine);
+        }
+        advance(kLine);
       }
       acc += B::load_unaligned(p.k + e) + B::load_unaligned(p.v + e);
     }
@@ -198,21 +218,41 @@ void BM_Contiguous(benchmark::State& state, Shape sh) {
   run(state, c, c.contiguous);
 }
 
+/// Paged: the measured sequence grows block by block beside a second one (each gets runs of
+/// consecutive pages from the allocator), or, `fragmented`, into a pool after churn: every block was
+/// held by a one-block request and a random half of those were released, so the free blocks — and
+/// the sequence's pages — are scattered (runs of ~2 pages at random places).
 template <class Pages = float>
-void BM_Paged(benchmark::State& state, Shape sh, std::size_t block) {
+void BM_Paged(benchmark::State& state, Shape sh, std::size_t block, bool fragmented = false) {
   Case c(sh, static_cast<std::size_t>(state.range(0)));
-  const std::size_t blocks = 2 * ((c.n + block - 1) / block);
-  kv::PagedPool<Pages> pool(
-      {.n_layers = c.layers, .n_kv_heads = sh.hkv, .head_dim = sh.d, .block_tokens = block, .n_blocks = blocks},
-      &g_huge);
-  const kv::SeqId a = pool.add_sequence(), other = pool.add_sequence();
+  // a server's pool: room for both sequences and two allocation extents more
+  kv::PagedConfig cfg{.n_layers = c.layers, .n_kv_heads = sh.hkv, .head_dim = sh.d, .block_tokens = block};
+  const std::size_t need = (c.n + block - 1) / block, blocks = 2 * need + 2 * cfg.extent();
+  cfg.n_blocks = blocks;
+  kv::PagedPool<Pages> pool(cfg, &g_huge);
   const std::size_t row = sh.hkv * sh.d;
-  for (std::size_t p = 0; p < c.n; p += block) {  // interleave the two sequences' blocks in the pool
+  auto grow = [&](kv::SeqId id, std::size_t p) {  // positions [p, p + block) in every layer
     const std::size_t m = std::min(block, c.n - p);
     const std::span<const float> kk(c.k.data() + p * row, m * row), vv(c.v.data() + p * row, m * row);
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      pool.append(a, l, kk, vv);
-      pool.append(other, l, kk, vv);
+    for (std::size_t l = 0; l < c.layers; ++l) pool.append(id, l, kk, vv);
+  };
+  kv::SeqId a = 0;
+  if (fragmented) {
+    std::vector<kv::SeqId> held(blocks);
+    for (kv::SeqId& id : held) {
+      id = pool.add_sequence();
+      grow(id, 0);
+    }
+    std::shuffle(held.begin(), held.end(), std::mt19937(7));
+    for (std::size_t i = 0; i < need; ++i) pool.release(held[i]);
+    a = pool.add_sequence();
+    for (std::size_t p = 0; p < c.n; p += block) grow(a, p);
+  } else {
+    a = pool.add_sequence();
+    const kv::SeqId other = pool.add_sequence();
+    for (std::size_t p = 0; p < c.n; p += block) {  // the two sequences grow side by side
+      grow(a, p);
+      grow(other, p);
     }
   }
   std::vector<kv::PagedView<Pages>> views;
@@ -240,6 +280,7 @@ const int kRegistered = [] {
     reg("contiguous/" + s, [sh](benchmark::State& st) { BM_Contiguous(st, sh); });
     for (const std::size_t b : {8, 16, 32})
       reg("paged" + std::to_string(b) + "/" + s, [sh, b](benchmark::State& st) { BM_Paged(st, sh, b); });
+    reg("paged16-fragmented/" + s, [sh](benchmark::State& st) { BM_Paged(st, sh, 16, true); });
     reg("paged16-int8/" + s, [sh](benchmark::State& st) { BM_Paged<kv::QuantizedPages<kv::Int8>>(st, sh, 16); });
     reg("int8/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int8>>(st, sh); });
     reg("int4/" + s, [sh](benchmark::State& st) { BM_Quantized<kv::Quantized<kv::Int4>>(st, sh); });

@@ -24,15 +24,17 @@ constexpr double kPageByPageRelTol = 1e-5;
 
 /// Attention (prefill of the last `prompt` positions, decode, split-K decode) over layer 1 of a paged
 /// pool vs over a contiguous cache holding the same rows. A second sequence is appended in between,
-/// so the pages of the sequence under test are scattered through the pool.
-void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n) {
+/// so the pages of the sequence under test come in runs of consecutive blocks no longer than about
+/// `extent` (1: every page scattered), and the kernel mixes contiguous and page-table chunks.
+void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std::size_t extent) {
   CAPTURE(d);
   CAPTURE(B);
   CAPTURE(n);
+  CAPTURE(extent);
   constexpr std::size_t H = 2, Hq = 6, prompt = 70;
   const attention::Heads heads{.n_q = Hq, .n_kv = H, .head_dim = d};
   kv::PagedPool<float> pool({.n_layers = 2, .n_kv_heads = H, .head_dim = d, .block_tokens = B,
-                             .n_blocks = 2 * ((n + B - 1) / B)});
+                             .n_blocks = 2 * ((n + B - 1) / B), .extent_blocks = extent});
   const kv::SeqId a = pool.add_sequence(), other = pool.add_sequence();
   kv::Contiguous<float> ref(H, d, n);
   const auto k = test::random_vector(n * H * d, 41), v = test::random_vector(n * H * d, 42);
@@ -46,6 +48,14 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n) {
     }
     ref.append(kk, vv);
   }
+  const auto table = pool.block_table(a);
+  std::size_t longest = 1;  // longest run of consecutive blocks
+  for (std::size_t i = 1, run = 1; i < table.size(); ++i) {
+    run = table[i] == table[i - 1] + 1 ? run + 1 : 1;
+    longest = std::max(longest, run);
+  }
+  if (extent == 1) CHECK(longest == 1);
+  if (extent > 1 && table.size() >= 2 * extent) CHECK(longest >= extent);  // whole extents fit
   const auto view = pool.view(a, 1);
   // one kernel call across pages (bitwise equal) when pages hold whole tiles, or whole 8-row runs
   // of a 16-lane tile
@@ -87,8 +97,10 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n) {
 TEST_CASE("paged block: attention across pages equals attention over a contiguous copy (d = 64 / 128)") {
   for (const std::size_t d : {64, 128})
     for (const std::size_t B : {16, 32, 8, 24, 12})
-      for (const std::size_t n : {70, 200}) check_paged_vs_contiguous(d, B, n);
-  check_paged_vs_contiguous(40, 16, 150);  // no fixed-dimension kernel: page by page, bitwise too
+      for (const std::size_t n : {70, 200})
+        for (const std::size_t extent : {1, 3, 8, 16}) check_paged_vs_contiguous(d, B, n, extent);
+  check_paged_vs_contiguous(40, 16, 150, 1);  // no fixed-dimension kernel: page by page, bitwise too
+  check_paged_vs_contiguous(40, 16, 150, 8);
 }
 
 TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned range") {

@@ -211,6 +211,87 @@ TEST_CASE("paged: automatic prefix sharing reuses cached blocks and reports why 
   CHECK(st.blocks_evicted >= 3);
 }
 
+namespace {
+/// Lengths of the runs of consecutive blocks in a table.
+std::vector<std::size_t> runs_of(std::span<const std::uint32_t> table) {
+  std::vector<std::size_t> runs;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (i == 0 || table[i] != table[i - 1] + 1) runs.push_back(0);
+    ++runs.back();
+  }
+  return runs;
+}
+}  // namespace
+
+TEST_CASE("paged: sequences growing side by side get runs of consecutive blocks, one extent each") {
+  CHECK(kv::PagedConfig{.block_tokens = 16}.extent() == kv::PagedConfig::kAutoExtentTokens / 16);  // default
+  CHECK(kv::PagedConfig{.block_tokens = 4096}.extent() == 1);
+  CHECK(kv::PagedConfig{.block_tokens = 16, .extent_blocks = 5}.extent() == 5);
+  const Shape s{.L = 2, .H = 2, .d = 8, .B = 4};
+  std::vector<Token> ta(96), tb(96);
+  for (std::size_t i = 0; i < ta.size(); ++i) {
+    ta[i] = static_cast<Token>(i % 13);
+    tb[i] = static_cast<Token>(100 + i % 7);
+  }
+  for (const std::size_t extent : {8, 5, 1}) {
+    CAPTURE(extent);
+    kv::PagedPool<float> pool(
+        {.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 64, .extent_blocks = extent});
+    const SeqId a = pool.add_sequence(), b = pool.add_sequence();
+    for (std::size_t n = s.B; n <= ta.size(); n += s.B) {  // one block each, in turn
+      fill(pool, a, std::vector<Token>(ta.begin(), ta.begin() + static_cast<std::ptrdiff_t>(n)), s);
+      fill(pool, b, std::vector<Token>(tb.begin(), tb.begin() + static_cast<std::ptrdiff_t>(n)), s);
+    }
+    for (const SeqId id : {a, b}) {
+      const auto table = pool.block_table(id);
+      REQUIRE(table.size() == 24);
+      const auto runs = runs_of(table);  // whole extents; 24 = 4 · 5 + 4: the last run of 5 is shorter
+      REQUIRE(runs.size() == (24 + extent - 1) / extent);
+      for (std::size_t i = 0; i + 1 < runs.size(); ++i) CHECK(runs[i] == extent);
+      CHECK(runs.back() == 24 - extent * (runs.size() - 1));
+      for (std::size_t i = 0; i < table.size(); i += extent) CHECK(table[i] % extent == 0);  // runs start at extents
+    }
+  }
+}
+
+TEST_CASE("paged: the allocator prefers blocks without cached content and still fills a fragmented pool") {
+  const Shape s{.L = 1, .H = 1, .d = 8, .B = 4};
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 32,
+                             .extent_blocks = 4});
+  // a prompt of 5 full blocks becomes cached content once its sequence is released
+  std::vector<Token> prompt(21);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<Token>(i * 3 % 11);
+  const auto ad = pool.admit(prompt);
+  fill(pool, ad.seq, prompt, s);
+  pool.release(ad.seq);
+  REQUIRE(pool.cached_blocks() == 5);
+  // one-block sequences take every other block, then a random half of them leave: scattered free blocks
+  std::vector<SeqId> held;
+  while (pool.free_blocks() > 0) {
+    held.push_back(pool.add_sequence());
+    std::vector<Token> t(s.B, static_cast<Token>(held.size()));
+    fill(pool, held.back(), t, s);
+    if (pool.prefix_stats().blocks_evicted > 0) break;  // clean blocks ran out: cached ones are next
+  }
+  // every clean block was used before any cached one
+  CHECK(pool.prefix_stats().blocks_evicted == 1);
+  CHECK(pool.free_blocks() == 4);
+  std::shuffle(held.begin(), held.end(), std::mt19937(3));
+  for (std::size_t i = 0; i < held.size() / 2; ++i) pool.release(held[i]);
+  const std::size_t free_now = pool.free_blocks();
+  // a new sequence takes exactly the free blocks, then runs out without changing anything
+  const SeqId x = pool.add_sequence();
+  std::vector<Token> tx(free_now * s.B);
+  for (std::size_t i = 0; i < tx.size(); ++i) tx[i] = static_cast<Token>(i % 5);
+  for (std::size_t n = s.B; n <= tx.size(); n += s.B)
+    fill(pool, x, std::vector<Token>(tx.begin(), tx.begin() + static_cast<std::ptrdiff_t>(n)), s);
+  CHECK(pool.free_blocks() == 0);
+  CHECK(std::set<std::uint32_t>(pool.block_table(x).begin(), pool.block_table(x).end()).size() == free_now);
+  std::vector<float> k(s.H * s.d, 0.5f), v(s.H * s.d, 0.25f);
+  CHECK_THROWS_AS(pool.append(x, 0, k, v), capacity_error);
+  CHECK(pool.size(x, 0) == tx.size());
+}
+
 TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention reads the pages in place") {
   static_assert(kv::CachePolicy<kv::PagedView<float>>);
   const Shape s{.L = 3, .H = 2, .d = 32, .B = 16};
