@@ -321,13 +321,19 @@ TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention re
 }
 
 TEST_CASE("paged property test: random append / fork / release / truncate / prefix-hit against a reference model") {
-  for (const std::size_t B : {16, 32}) {
+  struct Config {
+    std::size_t B, extent;  // extent 0: the default (one extent spans this small pool)
+  };
+  for (const Config cfg : {Config{16, 0}, Config{32, 0}, Config{16, 4}}) {
+    const std::size_t B = cfg.B;
     CAPTURE(B);
+    CAPTURE(cfg.extent);
     const Shape s{.L = 2, .H = 2, .d = 16, .B = B};
     const std::size_t n_blocks = 640 / B;
-    kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = B, .n_blocks = n_blocks});
+    kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = B, .n_blocks = n_blocks,
+                               .extent_blocks = cfg.extent});
     std::map<SeqId, std::vector<Token>> ref;  // the reference model: live sequences and their tokens
-    std::mt19937 rng(static_cast<unsigned>(1234 + B));
+    std::mt19937 rng(static_cast<unsigned>(1234 + B + cfg.extent));
     const std::vector<Token> sys = [] {
       std::vector<Token> v(70);
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<Token>(i % 5);
@@ -540,4 +546,27 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
   CHECK(forked != got);
   pool.release(b);
   CHECK(pool.used_blocks() == used);
+
+  // pages scattered (extent 1) or in runs of 2 or 3 consecutive blocks (the MHA fold merges runs):
+  // still bitwise equal
+  for (const std::size_t extent : {1, 2, 3}) {
+    CAPTURE(extent);
+    kv::PagedPool<F> mixed(
+        {.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 16, .extent_blocks = extent});
+    const SeqId x = mixed.add_sequence(), y = mixed.add_sequence();
+    const std::size_t row = s.H * s.d;
+    for (std::size_t p = 0; p < n; p += s.B) {
+      const std::size_t m = std::min(s.B, n - p);
+      const std::span<const float> kk(k.data() + p * row, m * row), vv(v.data() + p * row, m * row);
+      for (std::size_t l = 0; l < s.L; ++l) {
+        mixed.append(y, l, vv, kk);
+        mixed.append(x, l, kk, vv);
+      }
+    }
+    std::vector<float> g_gqa(q.size()), g_mha(q1.size());
+    attention::decode(q, mixed.view(x, 1), heads, g_gqa);
+    attention::decode(q1, mixed.view(x, 1), mha, g_mha);
+    CHECK(g_gqa == want);
+    CHECK(g_mha == want1);
+  }
 }

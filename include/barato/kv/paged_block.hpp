@@ -251,9 +251,10 @@ struct PagedQuantBlock {
 /// Folds rows [r0, r1) of a paged quantized block into the partial states of the `g` query heads at
 /// q (the quantized kernel of kv/quantized.hpp over the page table). Same contract as the dense
 /// `attention::accumulate`; bitwise the result over one contiguous `QuantBlock` of the same rows when
-/// pages divide the kernel's 32-row GQA stages. Pages are scattered (16 rows of int8 codes at d = 64 are
-/// 1 KiB per head), so the codes and scales of the page kPrefetchPages ahead are prefetched as each
-/// page is folded. Allocates nothing.
+/// pages divide the kernel's 32-row GQA stages. A scattered page is short (16 rows of int8 codes at
+/// d = 64 are 1 KiB per head), so the codes and scales of the page kPrefetchPages ahead are prefetched
+/// as each page is folded unless that page directly follows its predecessor in memory. Allocates
+/// nothing.
 template <class Arch = simd::DefaultArch, KvFormat KF, KvFormat VF>
 void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const PagedQuantBlock<KF, VF>& blk,
                 std::size_t r0, std::size_t r1, float* o, attention::PartialStats* st) noexcept {
@@ -268,13 +269,17 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
     prefetch_l2(pg.k_scale, pg.n * sizeof(float));
     prefetch_l2(pg.v_scale, pg.n * sizeof(float));
   };
+  // true when page i directly follows page i − 1 in memory (the hardware prefetchers stream it)
+  const bool back_to_back = blk.page_stride == B;
+  auto follows = [&](std::size_t i) { return back_to_back && i > 0 && i < blk.pages() && blk.table[i] == blk.table[i - 1] + 1; };
   if (g > 1) {
     // GQA: rows are dequantised into L1 stages once per row, across page boundaries; calls of whole
     // stages keep the stage boundaries (and so the rounding) of one call over [r0, r1).
     const std::size_t step = kStageRows % B == 0 ? kStageRows : B;
     for (std::size_t a = r0; a < r1;) {
       const std::size_t next = std::min(r1, a + step);
-      for (std::size_t i = a / B; i * B < next; ++i) prefetch_page(i + kPrefetchPages);
+      for (std::size_t i = a / B; i * B < next; ++i)
+        if (!follows(i + kPrefetchPages)) prefetch_page(i + kPrefetchPages);
       detail::accumulate_quantized<Arch>(q, g, d, scale, blk, a, next, o, st);
       a = next;
     }
@@ -282,12 +287,17 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
   }
   // One query head: the row kernel reads codes per vector of a row, so a page-table look-up per read
   // would cost more than the arithmetic (measured 1.6x the contiguous fp32 step at MHA d = 64, page
-  // by page 1.1x): fold page by page.
-  for (std::size_t i = r0 / B; i * B < r1; ++i) {
-    prefetch_page(i + kPrefetchPages);
-    const QuantBlock<KF, VF> pg = blk.page(i);
-    const std::size_t lo = std::max(r0, i * B) - i * B, hi = std::min(r1, i * B + pg.n) - i * B;
-    detail::accumulate_quantized<Arch>(q, g, d, scale, pg, lo, hi, o, st);
+  // by page 1.1x): fold page by page — up to kPrefetchPages consecutive pages as one block.
+  for (std::size_t i = r0 / B; i * B < r1;) {
+    std::size_t j = i + 1;
+    while (j * B < r1 && j - i < kPrefetchPages && follows(j)) ++j;
+    for (std::size_t p = i; p < j; ++p)
+      if (!follows(p + kPrefetchPages)) prefetch_page(p + kPrefetchPages);
+    QuantBlock<KF, VF> run = blk.page(i);  // pages [i, j): consecutive rows
+    run.n = std::min(blk.n, j * B) - i * B;
+    const std::size_t lo = std::max(r0, i * B) - i * B, hi = std::min(r1, j * B) - i * B;
+    detail::accumulate_quantized<Arch>(q, g, d, scale, run, lo, hi, o, st);
+    i = j;
   }
 }
 
