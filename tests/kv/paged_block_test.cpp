@@ -25,12 +25,14 @@ constexpr double kPageByPageRelTol = 1e-5;
 /// Attention (prefill of the last `prompt` positions, decode, split-K decode) over layer 1 of a paged
 /// pool vs over a contiguous cache holding the same rows. A second sequence is appended in between,
 /// so the pages of the sequence under test come in runs of consecutive blocks no longer than about
-/// `extent` (1: every page scattered), and the kernel mixes contiguous and page-table chunks.
-void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std::size_t extent) {
+/// `extent` (1: every page scattered), and the kernel mixes contiguous and page-table chunks; with
+/// `alone`, no second sequence: every page follows the one before.
+void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std::size_t extent, bool alone = false) {
   CAPTURE(d);
   CAPTURE(B);
   CAPTURE(n);
   CAPTURE(extent);
+  CAPTURE(alone);
   constexpr std::size_t H = 2, Hq = 6, prompt = 70;
   const attention::Heads heads{.n_q = Hq, .n_kv = H, .head_dim = d};
   kv::PagedPool<float> pool({.n_layers = 2, .n_kv_heads = H, .head_dim = d, .block_tokens = B,
@@ -43,7 +45,7 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std:
     const std::size_t m = std::min(B, n - p);
     const std::span<const float> kk(k.data() + p * row, m * row), vv(v.data() + p * row, m * row);
     for (std::size_t l = 0; l < 2; ++l) {
-      pool.append(other, l, vv, kk);
+      if (!alone) pool.append(other, l, vv, kk);
       pool.append(a, l, kk, vv);
     }
     ref.append(kk, vv);
@@ -54,7 +56,8 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std:
     run = table[i] == table[i - 1] + 1 ? run + 1 : 1;
     longest = std::max(longest, run);
   }
-  if (extent == 1) CHECK(longest == 1);
+  if (alone) CHECK(longest == table.size());
+  if (extent == 1 && !alone) CHECK(longest == 1);
   if (extent > 1 && table.size() >= 2 * extent) CHECK(longest >= extent);  // whole extents fit
   const auto view = pool.view(a, 1);
   // one kernel call across pages (bitwise equal) when pages hold whole tiles, or whole 8-row runs
@@ -98,7 +101,10 @@ TEST_CASE("paged block: attention across pages equals attention over a contiguou
   for (const std::size_t d : {64, 128})
     for (const std::size_t B : {16, 32, 8, 24, 12})
       for (const std::size_t n : {70, 200})
-        for (const std::size_t extent : {1, 3, 8, 16}) check_paged_vs_contiguous(d, B, n, extent);
+        for (const std::size_t extent : {1, 3, 8, 16}) {
+          check_paged_vs_contiguous(d, B, n, extent);
+          if (extent == 1) check_paged_vs_contiguous(d, B, n, 0, /*alone=*/true);
+        }
   check_paged_vs_contiguous(40, 16, 150, 1);  // no fixed-dimension kernel: page by page, bitwise too
   check_paged_vs_contiguous(40, 16, 150, 8);
 }

@@ -550,7 +550,8 @@ class PagedPool {
     if (ref_[b] > 1) {
       const BlockId c = take_free(after);
       for (std::size_t l = 0; l < cfg_.n_layers; ++l)
-        for (std::size_t h = 0; h < cfg_.n_kv_heads; ++h) store_.copy(row_index(c, l, h), row_index(b, l, h), cfg_.block_tokens);
+        for (std::size_t h = 0; h < cfg_.n_kv_heads; ++h)
+          store_.copy(row_index(c, l, h), row_index(b, l, h), cfg_.block_tokens);
       --ref_[b];
       return c;
     }

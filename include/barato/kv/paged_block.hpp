@@ -51,7 +51,9 @@ struct PagedBlock {
     return true;
   }
   /// Address of key row r (value row: the same offset from v).
-  [[nodiscard]] std::size_t offset(std::size_t r) const noexcept { return table[r / page_rows] * page_stride + (r % page_rows) * stride; }
+  [[nodiscard]] std::size_t offset(std::size_t r) const noexcept {
+    return table[r / page_rows] * page_stride + (r % page_rows) * stride;
+  }
   /// Logical page i as a dense block (rows [i·B, min(n, (i + 1)·B))).
   [[nodiscard]] DenseBlock<T> page(std::size_t i) const noexcept {
     const std::size_t off = table[i] * page_stride;
@@ -162,12 +164,15 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
           const bool flat = blk.consecutive(a, std::min(R, r1 - a));
           std::size_t b = a + R;
           // a flat stretch grows while the next chunk continues it in memory (from the row before it)
-          while (b < r1 && (flat ? blk.consecutive(b - 1, std::min(R, r1 - b) + 1) : !blk.consecutive(b, std::min(R, r1 - b))))
-            b += R;
+          auto continues = [&](std::size_t c) {
+            return flat ? blk.consecutive(c - 1, std::min(R, r1 - c) + 1) : !blk.consecutive(c, std::min(R, r1 - c));
+          };
+          while (b < r1 && continues(b)) b += R;
           b = std::min(b, r1);
           if (flat) {
             // the hardware prefetchers stream these rows but stop at b: the head of the next page
-            // there is prefetched kPrefetchRows before the stretch ends (a multiple of R: same chunks)
+            // there is prefetched kPrefetchRows before the stretch ends (b − a is then a multiple of R,
+            // and so is the split: the same chunks)
             auto rows = [&](std::size_t x, std::size_t y) {
               if (x == y) return;
               const std::size_t off = blk.offset(x);
@@ -176,14 +181,16 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
             };
             constexpr std::size_t ahead = PagedRowAddress<T, W>::kPrefetchRows;
             static_assert(ahead % R == 0);
-            const std::size_t pre = b - a > ahead ? b - ahead : a;
+            const std::size_t pre = b < r1 && b - a > ahead ? b - ahead : a;
             rows(a, pre);
             if (b < r1) prefetch_page_from(blk, b);
             rows(pre, b);
           } else if (S == W) {
-            attention::accumulate_fixed_dim_rows<D, Arch>(q, g, scale, PagedRowAddress<T, W>{blk, blk.stride}, a, b, o, st);
+            attention::accumulate_fixed_dim_rows<D, Arch>(q, g, scale, PagedRowAddress<T, W>{blk, blk.stride}, a, b, o,
+                                                          st);
           } else if constexpr (W % 16 == 0) {
-            attention::accumulate_fixed_dim_rows<D, Arch>(q, g, scale, PagedRowAddress<T, 8>{blk, blk.stride}, a, b, o, st);
+            attention::accumulate_fixed_dim_rows<D, Arch>(q, g, scale, PagedRowAddress<T, 8>{blk, blk.stride}, a, b, o,
+                                                          st);
           }
           a = b;
         }
@@ -271,7 +278,9 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
   };
   // true when page i directly follows page i − 1 in memory (the hardware prefetchers stream it)
   const bool back_to_back = blk.page_stride == B;
-  auto follows = [&](std::size_t i) { return back_to_back && i > 0 && i < blk.pages() && blk.table[i] == blk.table[i - 1] + 1; };
+  auto follows = [&](std::size_t i) {
+    return back_to_back && i > 0 && i < blk.pages() && blk.table[i] == blk.table[i - 1] + 1;
+  };
   if (g > 1) {
     // GQA: rows are dequantised into L1 stages once per row, across page boundaries; calls of whole
     // stages keep the stage boundaries (and so the rounding) of one call over [r0, r1).
