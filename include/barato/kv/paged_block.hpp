@@ -28,6 +28,16 @@
 
 namespace barato::kv {
 
+namespace detail {
+/// True when each logical page in (p0, p1] of a page table is the physical page right after the
+/// one before it (the pool then stores them back to back when its page stride is one page).
+[[nodiscard]] inline bool pages_follow(const std::uint32_t* table, std::size_t p0, std::size_t p1) noexcept {
+  for (std::size_t p = p0 + 1; p <= p1; ++p)
+    if (table[p] != table[p - 1] + 1) return false;
+  return true;
+}
+}  // namespace detail
+
 template <Element T>
 struct PagedBlock {
   using element_type = T;
@@ -45,10 +55,7 @@ struct PagedBlock {
   /// True when rows [r, r + nr) (nr > 0) lie at one stride in memory: their pages are consecutive
   /// physical pages stored back to back (the pool allocates such runs; kv/paged.hpp).
   [[nodiscard]] bool consecutive(std::size_t r, std::size_t nr) const noexcept {
-    if (page_stride != page_rows * stride) return false;
-    for (std::size_t p = r / page_rows + 1; p <= (r + nr - 1) / page_rows; ++p)
-      if (table[p] != table[p - 1] + 1) return false;
-    return true;
+    return page_stride == page_rows * stride && detail::pages_follow(table, r / page_rows, (r + nr - 1) / page_rows);
   }
   /// Address of key row r (value row: the same offset from v).
   [[nodiscard]] std::size_t offset(std::size_t r) const noexcept {
@@ -113,16 +120,15 @@ struct PagedRowAddress {
     Cur cur;
     cur.stride = stride;
     cur.row_bytes = stride * sizeof(T);
-    const std::size_t B = blk.page_rows;
     for (std::size_t t = 0, i = 0; t < nr; t += Cur::kRun, ++i) {
       const std::size_t r = c0 + t;
-      const std::size_t off = blk.table[r / B] * blk.page_stride + (r % B) * stride;
+      const std::size_t off = blk.offset(r);
       cur.kr[i] = blk.k + off;
       cur.vr[i] = blk.v + off;
       const std::size_t ra = r + kPrefetchRows;  // a run start: its rows lie in one (allocated) page
       cur.kp[i] = cur.vp[i] = nullptr;
       if (ra < blk.n) {
-        const std::size_t pa = blk.table[ra / B] * blk.page_stride + (ra % B) * stride;
+        const std::size_t pa = blk.offset(ra);
         cur.kp[i] = reinterpret_cast<const char*>(blk.k + pa);
         cur.vp[i] = reinterpret_cast<const char*>(blk.v + pa);
       }
@@ -279,7 +285,7 @@ void accumulate(const float* q, std::size_t g, std::size_t d, float scale, const
   // true when page i directly follows page i − 1 in memory (the hardware prefetchers stream it)
   const bool back_to_back = blk.page_stride == B;
   auto follows = [&](std::size_t i) {
-    return back_to_back && i > 0 && i < blk.pages() && blk.table[i] == blk.table[i - 1] + 1;
+    return back_to_back && i > 0 && i < blk.pages() && detail::pages_follow(blk.table, i - 1, i);
   };
   if (g > 1) {
     // GQA: rows are dequantised into L1 stages once per row, across page boundaries; calls of whole
