@@ -19,6 +19,7 @@
 
 namespace barato::quant {
 
+/// Symmetric absmax integer format of Bits bits per weight, one Scale per tensor / row / group (see the file comment).
 template <unsigned Bits, Granularity Gran, Element Scale = f16>
 struct AbsMax : BlockFacts<Gran, (Bits > 4 ? 8u : (Bits > 2 ? 4u : 2u)), Scale> {
   static_assert(Bits >= 2 && Bits <= 8, "AbsMax supports 2 to 8 bits");

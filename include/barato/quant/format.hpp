@@ -88,6 +88,7 @@ struct CodePacking {
   /// Bytes of one packed row.
   [[nodiscard]] static constexpr std::size_t row_bytes(std::size_t cols) noexcept { return (cols * CodeBits + 7) / 8; }
 
+  /// Where a code lives in a packed row: its byte and the bit shift inside it.
   struct Slot {
     std::size_t byte;
     unsigned shift;

@@ -25,6 +25,7 @@
 
 namespace barato::quant {
 
+/// A linear layer y = Ŵ x over a packed QuantizedMatrix<F>: the nn::LinearLayer model for quantized weights.
 template <Format F, class Arch = simd::DefaultArch>
 class Linear {
  public:

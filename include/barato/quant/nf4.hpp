@@ -41,6 +41,7 @@ inline constexpr std::array<float, 16> kNf4Levels = {
     1.0f,
 };
 
+/// 4-bit NormalFloat format: 16 normal-quantile levels, one absmax Scale per Block weights of a row.
 template <std::size_t Block = 64, Element Scale = f16>
 struct Nf4 : BlockFacts<PerGroup<Block>, 4u, Scale> {
   using scale_type = Scale;

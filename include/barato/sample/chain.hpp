@@ -28,6 +28,7 @@
 
 namespace barato::sample {
 
+/// A sampler made of logits steps applied in order, then a softmax and one categorical draw.
 template <LogitsStep... Steps>
 class Chain {
  public:

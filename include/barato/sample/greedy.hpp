@@ -17,6 +17,7 @@
 
 namespace barato::sample {
 
+/// The argmax sampler, with a one-hot probability vector (ties go to the lowest id).
 class Greedy {
  public:
   /// A greedy sampler over `vocab` tokens; its probability buffer [vocab] comes from `mr`.

@@ -25,6 +25,7 @@
 
 namespace barato::spec {
 
+/// A drafter that runs a (smaller or quantized) step model with its own sampler on its own cache.
 template <StepModel M, sample::Sampler S>
 class ModelDrafter {
  public:

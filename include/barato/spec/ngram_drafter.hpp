@@ -23,6 +23,7 @@ struct NgramOptions {
   std::size_t min_n = 1;  ///< shortest suffix accepted as a match
 };
 
+/// Prompt-lookup drafter: proposes the tokens that followed the latest earlier match of the context's suffix.
 class NgramDrafter {
  public:
   /// A drafter over `vocab` tokens (needed only to write one-hot q rows). Throws `value_error` unless

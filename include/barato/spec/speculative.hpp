@@ -44,6 +44,7 @@ struct SpecOptions {
   std::optional<Token> stop_token = std::nullopt;  ///< `generate` stops after emitting this token (kept in the output)
 };
 
+/// The speculative decoding driver: draft γ tokens, verify them in one target pass, accept a prefix, roll back.
 template <StepModel Target, Drafter D, VerifyRule R>
 class Speculative {
  public:

@@ -17,6 +17,7 @@
 
 namespace barato::spec {
 
+/// What a speculative decoder measures: per-position acceptance, α, tokens per pass, draft and verify time.
 class Stats {
  public:
   /// Counters for passes of at most `max_gamma` drafts.
