@@ -344,7 +344,7 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
       std::advance(it, static_cast<long>(rng() % ref.size()));
       return it->first;
     };
-    std::size_t capacity_errors = 0, ops = 0;
+    std::size_t capacity_errors = 0, failed_admits = 0, ops = 0;
     const attention::Heads heads{.n_q = 4, .n_kv = s.H, .head_dim = s.d};
 
     for (int step = 0; step < 700; ++step) {
@@ -361,15 +361,18 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
         const auto ad = pool.admit(p);
         CHECK(ad.match.cached_tokens % B == 0);
         CHECK(ad.match.cached_tokens <= (p.size() - 1) / B * B);
-        const Snapshot before = snapshot(pool, {ad.seq});
+        ids.push_back(ad.seq);
+        const Snapshot before = snapshot(pool, ids);
         try {
           fill(pool, ad.seq, p, s);
           ref[ad.seq] = p;
         } catch (const capacity_error&) {
           ++capacity_errors;
-          // a failed layer append changed nothing, but earlier layers may have appended: drop the request
+          ++failed_admits;
+          // every layer starts at cached_tokens, so layer 0 needs every new block and fails first,
+          // before any layer appended: the pool is as admit left it
+          CHECK(snapshot(pool, ids) == before);
           pool.release(ad.seq);
-          (void)before;
         }
       } else if (op < 60) {  // decode one token
         const SeqId id = pick();
@@ -460,6 +463,7 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
             st.miss_evicted, "/", st.miss_too_short);
     CHECK(st.blocks_hit > 0);
     CHECK(capacity_errors > 0);
+    CHECK(failed_admits > 0);  // the failed-admit path above ran
     CHECK(st.blocks_evicted > 0);
   }
 }
