@@ -12,6 +12,7 @@
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/quantized.hpp"
+#include "support/alloc_counter.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -224,9 +225,6 @@ std::vector<std::size_t> runs_of(std::span<const std::uint32_t> table) {
 }  // namespace
 
 TEST_CASE("paged: sequences growing side by side get runs of consecutive blocks, one extent each") {
-  CHECK(kv::PagedConfig{.block_tokens = 16}.extent() == kv::PagedConfig::kAutoExtentTokens / 16);  // default
-  CHECK(kv::PagedConfig{.block_tokens = 4096}.extent() == 1);
-  CHECK(kv::PagedConfig{.block_tokens = 16, .extent_blocks = 5}.extent() == 5);
   const Shape s{.L = 2, .H = 2, .d = 8, .B = 4};
   std::vector<Token> ta(96), tb(96);
   for (std::size_t i = 0; i < ta.size(); ++i) {
@@ -290,34 +288,6 @@ TEST_CASE("paged: the allocator prefers blocks without cached content and still 
   std::vector<float> k(s.H * s.d, 0.5f), v(s.H * s.d, 0.25f);
   CHECK_THROWS_AS(pool.append(x, 0, k, v), capacity_error);
   CHECK(pool.size(x, 0) == tx.size());
-}
-
-TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention reads the pages in place") {
-  static_assert(kv::CachePolicy<kv::PagedView<float>>);
-  const Shape s{.L = 3, .H = 2, .d = 32, .B = 16};
-  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 20});
-  std::vector<Token> t(77);
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i * 31 % 11);
-  const SeqId id = pool.admit(t).seq;
-  fill(pool, id, t, s);
-  const auto view = pool.view(id, 2);
-  std::size_t blocks = 0;
-  view.for_each_block(1, [&](const kv::PagedBlock<float>& b) {  // one block spanning every page
-    CHECK(b.pos0 == 0);
-    CHECK(b.n == 77);
-    REQUIRE(b.pages() == 5);
-    for (std::size_t i = 0; i < b.pages(); ++i) {
-      const kv::DenseBlock<float> pg = b.page(i);
-      CHECK(pg.pos0 == i * s.B);
-      CHECK(pg.n == std::min<std::size_t>(s.B, 77 - i * s.B));
-      CHECK(pg.k == pool.key(id, 2, 1, pg.pos0).data());  // pointers into the pool: no gather copy
-      CHECK(pg.v == pool.value(id, 2, 1, pg.pos0).data());
-    }
-    ++blocks;
-  });
-  CHECK(blocks == 1);
-  CHECK(view.bytes_used() == 77 * 2 * s.H * s.d * sizeof(float));
-  CHECK(view.bytes_reserved() == 5 * s.B * 2 * s.H * s.d * sizeof(float));
 }
 
 TEST_CASE("paged property test: random append / fork / release / truncate / prefix-hit against a reference model") {
@@ -474,22 +444,31 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
   using VF = typename F::value_format;
   const Shape s{.L = 2, .H = 2, .d = 64, .B = 16};
   const std::size_t n = 75;
-  CountingResource mem;
+  CountingResource mem, wide_mem;
   kv::PagedPool<F> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 16}, &mem);
   // scales included: one fp32 per token, head and K or V
   const std::size_t per_token = kv::Quantized<KF, VF>::bytes_per_token(s.H, s.d);
-  CHECK(pool.bytes_reserved() == mem.current());
   CHECK(pool.block_bytes() == s.L * s.B * per_token);
   CHECK(pool.bytes_reserved() == 16 * pool.block_bytes());
+  // the resource holds the pages (bytes_reserved) and the metadata, which does not depend on head_dim:
+  // a pool with twice the head_dim holds exactly its extra page bytes more
+  {
+    const kv::PagedPool<F> wide({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = 2 * s.d, .block_tokens = s.B, .n_blocks = 16},
+                                &wide_mem);
+    CHECK(mem.current() > pool.bytes_reserved());
+    CHECK(wide_mem.current() - mem.current() == wide.bytes_reserved() - pool.bytes_reserved());
+  }
 
   const auto k = test::random_vector(n * s.H * s.d, 7), v = test::random_vector(n * s.H * s.d, 8);
   const SeqId a = pool.add_sequence();
+  const std::size_t before_append = mem.current();
   for (std::size_t l = 0; l < s.L; ++l) pool.append(a, l, k, v);
   kv::Quantized<KF, VF> ref(s.H, s.d, n);
   ref.append(k, v);
   const auto view = pool.view(a, 1);
   CHECK(view.bytes_used() == n * per_token);
-  CHECK(mem.current() == pool.bytes_reserved());  // appends allocate nothing
+  // appends take pages from the pool: the resource gains only the block table (reserved for 5 pages)
+  CHECK(mem.current() - before_append == pool.block_table(a).size() * sizeof(std::uint32_t));
 
   // Every stored code and scale equals kv::Quantized's (the same quantiser): compare row by row.
   for (std::size_t h = 0; h < s.H; ++h) {
@@ -573,4 +552,46 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
     CHECK(g_gqa == want);
     CHECK(g_mha == want1);
   }
+}
+
+TEST_CASE("paged: every allocation of a pool's lifetime goes through its memory resource") {
+  const Shape s{.L = 2, .H = 2, .d = 8, .B = 4};
+  std::vector<Token> t(30);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i % 9);
+  const std::vector<Token> prompt(t.begin(), t.begin() + 21), other(32, 5);
+  std::vector<float> k, v, k1, v1, ko, vo;  // rows prepared outside the counted region
+  rows_for(t, 0, 0, 21, s, k, v);
+  rows_for(t, 0, 21, 22, s, k1, v1);
+  rows_for(other, 0, 0, 32, s, ko, vo);
+  CountingResource mem;
+  std::size_t news = 0, tables = 0, evicted = 0, hit = 0;
+  {
+    test::CountAllocations count;
+    {
+      kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 12,
+                                 .extent_blocks = 4},
+                                &mem);
+      const SeqId a = pool.admit(prompt).seq;  // tables, tokens, hashes, the prefix index
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(a, l, k, v);
+      const SeqId b = pool.fork(a);  // a second table
+      pool.declare_tokens(b, std::span<const Token>(t).subspan(21, 1));
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(b, l, k1, v1);  // copy-on-write
+      pool.truncate(a, 9);
+      pool.release(a);
+      pool.release(b);
+      const SeqId c = pool.admit(prompt).seq;  // a prefix hit on freed blocks
+      hit = pool.block_table(c).size();
+      pool.release(c);
+      const SeqId o = pool.add_sequence();
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(o, l, ko, vo);  // 8 blocks: 7 clean + 1 evicted
+      evicted = pool.prefix_stats().blocks_evicted;
+      tables = mem.current() - pool.bytes_reserved();
+    }
+    news = count.count();
+  }
+  CHECK(hit == 5);
+  CHECK(evicted == 1);
+  CHECK(tables > 0);                    // the metadata is counted ...
+  CHECK(news == mem.allocations());     // ... and nothing the pool owns bypasses the resource
+  CHECK(mem.current() == 0);            // everything was returned
 }
