@@ -328,13 +328,19 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
         const std::size_t tail = rng() % 40;
         for (std::size_t i = 0; i < tail; ++i) p.push_back(static_cast<Token>(rng() % 4));
         if (p.empty()) p.push_back(1);
+        const auto cost = pool.blocks_to_admit(p);  // read-only: the same hit admit finds next
+        const std::size_t lookups = pool.prefix_stats().lookups, free0 = pool.free_blocks();
         const auto ad = pool.admit(p);
+        CHECK(pool.prefix_stats().lookups == lookups + 1);
+        CHECK(ad.match.cached_tokens == cost.match.cached_tokens);
+        CHECK(ad.match.stop == cost.match.stop);
         CHECK(ad.match.cached_tokens % B == 0);
         CHECK(ad.match.cached_tokens <= (p.size() - 1) / B * B);
         ids.push_back(ad.seq);
         const Snapshot before = snapshot(pool, ids);
         try {
           fill(pool, ad.seq, p, s);
+          CHECK(free0 - pool.free_blocks() == cost.blocks);  // what the query said the admission takes
           ref[ad.seq] = p;
         } catch (const capacity_error&) {
           ++capacity_errors;
@@ -342,6 +348,7 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
           // every layer starts at cached_tokens, so layer 0 needs every new block and fails first,
           // before any layer appended: the pool is as admit left it
           CHECK(snapshot(pool, ids) == before);
+          CHECK(cost.blocks > free0);
           pool.release(ad.seq);
         }
       } else if (op < 60) {  // decode one token
@@ -349,12 +356,15 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
         auto toks = ref[id];
         toks.push_back(static_cast<Token>(rng() % 4));
         const Snapshot before = snapshot(pool, ids);
+        const std::size_t need = pool.blocks_to_grow(id, 1), free0 = pool.free_blocks();
         std::vector<float> k, v;
         rows_for(toks, 0, toks.size() - 1, toks.size(), s, k, v);
         try {
           pool.append(id, 0, k, v);
+          CHECK(free0 - pool.free_blocks() == need);  // layer 0 takes the block (or the copy)
         } catch (const capacity_error&) {
           ++capacity_errors;
+          CHECK(need > free0);
           CHECK(snapshot(pool, ids) == before);
           pool.release(id);  // preempt the request (as a scheduler would)
           ref.erase(id);
@@ -552,6 +562,92 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
     CHECK(g_gqa == want);
     CHECK(g_mha == want1);
   }
+}
+
+namespace {
+/// Appends positions [size, size + n) to every layer (rows from `toks`) and returns the free blocks taken.
+std::size_t grow(kv::PagedPool<float>& pool, SeqId id, const std::vector<Token>& toks, std::size_t n, const Shape& s) {
+  const std::size_t free0 = pool.free_blocks();
+  std::vector<float> k, v;
+  for (std::size_t l = 0; l < s.L; ++l) {
+    const std::size_t p0 = pool.size(id, l);
+    rows_for(toks, l, p0, p0 + n, s, k, v);
+    pool.append(id, l, k, v);
+  }
+  return free0 - pool.free_blocks();
+}
+}  // namespace
+
+TEST_CASE("paged: blocks_to_grow and blocks_to_admit say what an append or an admission takes, changing nothing") {
+  const Shape s{.L = 2, .H = 1, .d = 8, .B = 4};
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 12});
+  std::vector<Token> t(40);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i * 7 % 13);
+  const std::vector<Token> prompt(t.begin(), t.begin() + 10);  // 3 pages, 2 of them full
+
+  const auto cold = pool.blocks_to_admit(prompt);
+  CHECK(cold.match.cached_tokens == 0);
+  CHECK(cold.blocks == 3);
+  CHECK(pool.prefix_stats().lookups == 0);  // the query is not a lookup
+  const SeqId a = pool.admit(prompt).seq;
+  CHECK(grow(pool, a, t, 10, s) == cold.blocks);
+
+  // growing a: 10 → 12 stays in the partial page, → 13 takes one page, → 22 three
+  const Snapshot before = snapshot(pool, {a});
+  CHECK(pool.blocks_to_grow(a, 0) == 0);
+  CHECK(pool.blocks_to_grow(a, 2) == 0);
+  CHECK(pool.blocks_to_grow(a, 3) == 1);
+  CHECK(pool.blocks_to_grow(a, 12) == 3);
+  CHECK(snapshot(pool, {a}) == before);
+  // a fork shares the partial page: the first write into it copies it (one block more)
+  const SeqId b = pool.fork(a);
+  CHECK(pool.blocks_to_grow(b, 2) == 1);
+  CHECK(pool.blocks_to_grow(b, 3) == 2);
+  CHECK(grow(pool, b, t, 3, s) == 2);
+  CHECK(pool.blocks_to_grow(a, 3) == 1);  // a's partial page is its own again
+  CHECK(grow(pool, a, t, 3, s) == 1);
+
+  // layers of unequal length (layer 0 one position ahead, as in the middle of a decode step):
+  // every page some layer writes counts once
+  pool.truncate(a, 12);
+  std::vector<float> k, v;
+  rows_for(t, 0, 12, 13, s, k, v);
+  pool.append(a, 0, k, v);  // layer 0: 13 positions (4 pages), layer 1: 12 (3 pages)
+  CHECK(pool.blocks_to_grow(a, 1) == 0);  // layer 0 writes page 3 (exists), layer 1 page 3 too
+  CHECK(pool.blocks_to_grow(a, 4) == 1);  // layer 0 writes pages 3, 4; layer 1 page 3
+  const std::size_t free0 = pool.free_blocks();
+  rows_for(t, 0, 13, 17, s, k, v);
+  pool.append(a, 0, k, v);
+  rows_for(t, 1, 12, 16, s, k, v);
+  pool.append(a, 1, k, v);
+  CHECK(free0 - pool.free_blocks() == 1);
+
+  // admission after a prefix hit: referenced hit blocks cost nothing, free (cached) ones leave the list
+  const std::vector<Token> longer(t.begin(), t.begin() + 14);  // 4 pages
+  const auto warm = pool.blocks_to_admit(longer);
+  CHECK(warm.match.blocks_hit == 2);  // a knows 10 tokens: its pages 0, 1 are registered
+  CHECK(warm.blocks == 2);            // pages 2, 3; the hit blocks are a's
+  const SeqId c = pool.admit(longer).seq;
+  CHECK(grow(pool, c, longer, 6, s) == warm.blocks);  // c registers its page 2 too
+  for (const SeqId id : {a, b, c}) pool.release(id);
+  const auto freed = pool.blocks_to_admit(longer);
+  CHECK(freed.match.blocks_hit == 3);
+  CHECK(freed.blocks == 1 + 3);  // the three cached hit blocks are free now: admitting takes them back
+  const std::size_t free1 = pool.free_blocks();
+  const SeqId d = pool.admit(longer).seq;
+  CHECK(free1 - pool.free_blocks() + grow(pool, d, longer, 2, s) == freed.blocks);
+
+  // a growth beyond the free blocks is exactly the one that throws capacity_error
+  const std::size_t room = pool.free_blocks() * s.B + (s.B - pool.size(d, 0) % s.B) % s.B;
+  CHECK(pool.blocks_to_grow(d, room) == pool.free_blocks());
+  CHECK(pool.blocks_to_grow(d, room + 1) == pool.free_blocks() + 1);
+  std::vector<Token> more = longer;
+  for (std::size_t i = 0; i <= room; ++i) more.push_back(static_cast<Token>(i % 3));
+  rows_for(more, 0, 14, 14 + room + 1, s, k, v);
+  CHECK_THROWS_AS(pool.append(d, 0, k, v), capacity_error);
+  const std::size_t left = pool.free_blocks();
+  CHECK(grow(pool, d, more, room, s) == left);
+  CHECK(pool.free_blocks() == 0);
 }
 
 TEST_CASE("paged: every allocation of a pool's lifetime goes through its memory resource") {

@@ -52,6 +52,12 @@ TEST_CASE("paged sequence: known tokens carry their chain hashes; a truncate for
   CHECK(s.tokens.size() == 3);
   CHECK(s.hashes.size() == 1);
   CHECK(s.registered == 1);
+  // pages written by appending n positions to every layer: those of [len_l, len_l + n) for some l
+  s.len = {9, 2};  // B = 2
+  CHECK(s.writes(1, 1, B));   // layer 1 writes position 2
+  CHECK_FALSE(s.writes(2, 1, B));  // nobody writes positions 4..7
+  CHECK(s.writes(4, 1, B));   // layer 0 writes position 9
+  CHECK_FALSE(s.writes(5, 1, B));
 }
 
 TEST_CASE("sequence table: every table, length and token array comes from the given resource") {

@@ -13,7 +13,8 @@
 /// The pool holds the sequences (kv/sequence_table.hpp) and the rules that tie the parts together:
 /// `fork` shares every block; appending into a shared block copies it first (copy-on-write), into a
 /// cached one un-registers it; an append that needs more free blocks than exist throws
-/// `capacity_error` before touching anything. Every array the pool owns comes from its memory resource.
+/// `capacity_error` before touching anything; `blocks_to_grow` / `blocks_to_admit` say beforehand
+/// what an append / an admission takes. Every array the pool owns comes from its memory resource.
 /// A model holds a `PagedView` (kv/paged_view.hpp); views refer to the pool, which never moves.
 
 #include <algorithm>
@@ -61,7 +62,8 @@ class PagedPool {
   [[nodiscard]] std::size_t head_dim() const noexcept { return cfg_.head_dim; }
   [[nodiscard]] std::size_t block_tokens() const noexcept { return cfg_.block_tokens; }
   [[nodiscard]] std::size_t n_blocks() const noexcept { return cfg_.n_blocks; }
-  /// Blocks free now, cached ones an allocation may reclaim included.
+  /// Blocks free now, cached ones an allocation may reclaim included: what appends and admissions
+  /// take from (compare with `blocks_to_grow` and `blocks_to_admit`).
   [[nodiscard]] std::size_t free_blocks() const noexcept { return alloc_.free_blocks(); }
   [[nodiscard]] std::size_t used_blocks() const noexcept { return alloc_.used_blocks(); }
   /// Bytes of one block (all layers, K and V).
@@ -99,6 +101,30 @@ class PagedPool {
     declare_tokens(id, prompt);
     prefix_.count(m);
     return {id, m};
+  }
+  /// What admitting `prompt` and prefilling all of it in every layer would take; changes nothing.
+  struct AdmitCost {
+    PrefixMatch match;       ///< the prefix hit `admit` would find now (not counted in the statistics)
+    std::size_t blocks = 0;  ///< free blocks taken: pages after the hit + hit blocks that are free now
+  };
+  /// The cost of admitting `prompt` now (O(B) per block of its prefix hit); allocates nothing.
+  [[nodiscard]] AdmitCost blocks_to_admit(std::span<const Token> prompt) const {
+    std::size_t reclaimed = 0;
+    const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) { reclaimed += alloc_.refcount(b) == 0 ? 1 : 0; });
+    const std::size_t B = cfg_.block_tokens;
+    return {m, (prompt.size() + B - 1) / B - m.blocks_hit + reclaimed};
+  }
+  /// Free blocks that appending n positions to every layer of sequence `id` takes (new pages and
+  /// copies of shared pages written); such appends throw `capacity_error` iff it exceeds
+  /// free_blocks(). Changes nothing. O(pages written · n_layers).
+  [[nodiscard]] std::size_t blocks_to_grow(SeqId id, std::size_t n) const {
+    const PagedSequence& s = seqs_.at(id);
+    if (n == 0) return 0;
+    const std::size_t B = cfg_.block_tokens;
+    const auto [lo, hi] = std::minmax_element(s.len.begin(), s.len.end());
+    std::size_t need = 0;
+    for (std::size_t i = *lo / B; i <= (*hi + n - 1) / B; ++i) need += s.writes(i, n, B) && takes_block(s, i) ? 1 : 0;
+    return need;
   }
   /// Records tokens at the end of the sequence's known tokens (prompt, then sampled tokens). Only
   /// blocks whose tokens are known can be registered for prefix sharing.

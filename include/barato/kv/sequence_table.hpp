@@ -42,6 +42,10 @@ struct PagedSequence {
     tokens.insert(tokens.end(), more.begin(), more.end());
     extend_hash_chain(tokens, B, hashes);
   }
+  /// True when appending n positions to every layer writes logical page i (pages of B positions).
+  [[nodiscard]] bool writes(std::size_t i, std::size_t n, std::size_t B) const noexcept {
+    return std::any_of(len.begin(), len.end(), [&](std::size_t p) { return p / B <= i && i <= (p + n - 1) / B; });
+  }
   /// After a truncate: forgets the known tokens (and their hashes) beyond the shortest layer.
   void forget_beyond_shortest(std::size_t B) {
     const std::size_t known = shortest();
