@@ -12,6 +12,7 @@
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/quantized.hpp"
+#include "support/alloc_counter.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -224,9 +225,6 @@ std::vector<std::size_t> runs_of(std::span<const std::uint32_t> table) {
 }  // namespace
 
 TEST_CASE("paged: sequences growing side by side get runs of consecutive blocks, one extent each") {
-  CHECK(kv::PagedConfig{.block_tokens = 16}.extent() == kv::PagedConfig::kAutoExtentTokens / 16);  // default
-  CHECK(kv::PagedConfig{.block_tokens = 4096}.extent() == 1);
-  CHECK(kv::PagedConfig{.block_tokens = 16, .extent_blocks = 5}.extent() == 5);
   const Shape s{.L = 2, .H = 2, .d = 8, .B = 4};
   std::vector<Token> ta(96), tb(96);
   for (std::size_t i = 0; i < ta.size(); ++i) {
@@ -292,34 +290,6 @@ TEST_CASE("paged: the allocator prefers blocks without cached content and still 
   CHECK(pool.size(x, 0) == tx.size());
 }
 
-TEST_CASE("paged: a view per (sequence, layer) is a CachePolicy and attention reads the pages in place") {
-  static_assert(kv::CachePolicy<kv::PagedView<float>>);
-  const Shape s{.L = 3, .H = 2, .d = 32, .B = 16};
-  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 20});
-  std::vector<Token> t(77);
-  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i * 31 % 11);
-  const SeqId id = pool.admit(t).seq;
-  fill(pool, id, t, s);
-  const auto view = pool.view(id, 2);
-  std::size_t blocks = 0;
-  view.for_each_block(1, [&](const kv::PagedBlock<float>& b) {  // one block spanning every page
-    CHECK(b.pos0 == 0);
-    CHECK(b.n == 77);
-    REQUIRE(b.pages() == 5);
-    for (std::size_t i = 0; i < b.pages(); ++i) {
-      const kv::DenseBlock<float> pg = b.page(i);
-      CHECK(pg.pos0 == i * s.B);
-      CHECK(pg.n == std::min<std::size_t>(s.B, 77 - i * s.B));
-      CHECK(pg.k == pool.key(id, 2, 1, pg.pos0).data());  // pointers into the pool: no gather copy
-      CHECK(pg.v == pool.value(id, 2, 1, pg.pos0).data());
-    }
-    ++blocks;
-  });
-  CHECK(blocks == 1);
-  CHECK(view.bytes_used() == 77 * 2 * s.H * s.d * sizeof(float));
-  CHECK(view.bytes_reserved() == 5 * s.B * 2 * s.H * s.d * sizeof(float));
-}
-
 TEST_CASE("paged property test: random append / fork / release / truncate / prefix-hit against a reference model") {
   struct Config {
     std::size_t B, extent;  // extent 0: the default (one extent spans this small pool)
@@ -344,7 +314,7 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
       std::advance(it, static_cast<long>(rng() % ref.size()));
       return it->first;
     };
-    std::size_t capacity_errors = 0, ops = 0;
+    std::size_t capacity_errors = 0, failed_admits = 0, ops = 0;
     const attention::Heads heads{.n_q = 4, .n_kv = s.H, .head_dim = s.d};
 
     for (int step = 0; step < 700; ++step) {
@@ -358,30 +328,43 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
         const std::size_t tail = rng() % 40;
         for (std::size_t i = 0; i < tail; ++i) p.push_back(static_cast<Token>(rng() % 4));
         if (p.empty()) p.push_back(1);
+        const auto cost = pool.blocks_to_admit(p);  // read-only: the same hit admit finds next
+        const std::size_t lookups = pool.prefix_stats().lookups, free0 = pool.free_blocks();
         const auto ad = pool.admit(p);
+        CHECK(pool.prefix_stats().lookups == lookups + 1);
+        CHECK(ad.match.cached_tokens == cost.match.cached_tokens);
+        CHECK(ad.match.stop == cost.match.stop);
         CHECK(ad.match.cached_tokens % B == 0);
         CHECK(ad.match.cached_tokens <= (p.size() - 1) / B * B);
-        const Snapshot before = snapshot(pool, {ad.seq});
+        ids.push_back(ad.seq);
+        const Snapshot before = snapshot(pool, ids);
         try {
           fill(pool, ad.seq, p, s);
+          CHECK(free0 - pool.free_blocks() == cost.blocks);  // what the query said the admission takes
           ref[ad.seq] = p;
         } catch (const capacity_error&) {
           ++capacity_errors;
-          // a failed layer append changed nothing, but earlier layers may have appended: drop the request
+          ++failed_admits;
+          // every layer starts at cached_tokens, so layer 0 needs every new block and fails first,
+          // before any layer appended: the pool is as admit left it
+          CHECK(snapshot(pool, ids) == before);
+          CHECK(cost.blocks > free0);
           pool.release(ad.seq);
-          (void)before;
         }
       } else if (op < 60) {  // decode one token
         const SeqId id = pick();
         auto toks = ref[id];
         toks.push_back(static_cast<Token>(rng() % 4));
         const Snapshot before = snapshot(pool, ids);
+        const std::size_t need = pool.blocks_to_grow(id, 1), free0 = pool.free_blocks();
         std::vector<float> k, v;
         rows_for(toks, 0, toks.size() - 1, toks.size(), s, k, v);
         try {
           pool.append(id, 0, k, v);
+          CHECK(free0 - pool.free_blocks() == need);  // layer 0 takes the block (or the copy)
         } catch (const capacity_error&) {
           ++capacity_errors;
+          CHECK(need > free0);
           CHECK(snapshot(pool, ids) == before);
           pool.release(id);  // preempt the request (as a scheduler would)
           ref.erase(id);
@@ -460,6 +443,7 @@ TEST_CASE("paged property test: random append / fork / release / truncate / pref
             st.miss_evicted, "/", st.miss_too_short);
     CHECK(st.blocks_hit > 0);
     CHECK(capacity_errors > 0);
+    CHECK(failed_admits > 0);  // the failed-admit path above ran
     CHECK(st.blocks_evicted > 0);
   }
 }
@@ -470,22 +454,31 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
   using VF = typename F::value_format;
   const Shape s{.L = 2, .H = 2, .d = 64, .B = 16};
   const std::size_t n = 75;
-  CountingResource mem;
+  CountingResource mem, wide_mem;
   kv::PagedPool<F> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 16}, &mem);
   // scales included: one fp32 per token, head and K or V
   const std::size_t per_token = kv::Quantized<KF, VF>::bytes_per_token(s.H, s.d);
-  CHECK(pool.bytes_reserved() == mem.current());
   CHECK(pool.block_bytes() == s.L * s.B * per_token);
   CHECK(pool.bytes_reserved() == 16 * pool.block_bytes());
+  // the resource holds the pages (bytes_reserved) and the metadata, which does not depend on head_dim:
+  // a pool with twice the head_dim holds exactly its extra page bytes more
+  {
+    const kv::PagedPool<F> wide({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = 2 * s.d, .block_tokens = s.B, .n_blocks = 16},
+                                &wide_mem);
+    CHECK(mem.current() > pool.bytes_reserved());
+    CHECK(wide_mem.current() - mem.current() == wide.bytes_reserved() - pool.bytes_reserved());
+  }
 
   const auto k = test::random_vector(n * s.H * s.d, 7), v = test::random_vector(n * s.H * s.d, 8);
   const SeqId a = pool.add_sequence();
+  const std::size_t before_append = mem.current();
   for (std::size_t l = 0; l < s.L; ++l) pool.append(a, l, k, v);
   kv::Quantized<KF, VF> ref(s.H, s.d, n);
   ref.append(k, v);
   const auto view = pool.view(a, 1);
   CHECK(view.bytes_used() == n * per_token);
-  CHECK(mem.current() == pool.bytes_reserved());  // appends allocate nothing
+  // appends take pages from the pool: the resource gains only the block table (reserved for 5 pages)
+  CHECK(mem.current() - before_append == pool.block_table(a).size() * sizeof(std::uint32_t));
 
   // Every stored code and scale equals kv::Quantized's (the same quantiser): compare row by row.
   for (std::size_t h = 0; h < s.H; ++h) {
@@ -569,4 +562,132 @@ TEST_CASE_TEMPLATE("paged, quantized pages: same codes as kv::Quantized, fork + 
     CHECK(g_gqa == want);
     CHECK(g_mha == want1);
   }
+}
+
+namespace {
+/// Appends positions [size, size + n) to every layer (rows from `toks`) and returns the free blocks taken.
+std::size_t grow(kv::PagedPool<float>& pool, SeqId id, const std::vector<Token>& toks, std::size_t n, const Shape& s) {
+  const std::size_t free0 = pool.free_blocks();
+  std::vector<float> k, v;
+  for (std::size_t l = 0; l < s.L; ++l) {
+    const std::size_t p0 = pool.size(id, l);
+    rows_for(toks, l, p0, p0 + n, s, k, v);
+    pool.append(id, l, k, v);
+  }
+  return free0 - pool.free_blocks();
+}
+}  // namespace
+
+TEST_CASE("paged: blocks_to_grow and blocks_to_admit say what an append or an admission takes, changing nothing") {
+  const Shape s{.L = 2, .H = 1, .d = 8, .B = 4};
+  kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 12});
+  std::vector<Token> t(40);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i * 7 % 13);
+  const std::vector<Token> prompt(t.begin(), t.begin() + 10);  // 3 pages, 2 of them full
+
+  const auto cold = pool.blocks_to_admit(prompt);
+  CHECK(cold.match.cached_tokens == 0);
+  CHECK(cold.blocks == 3);
+  CHECK(pool.prefix_stats().lookups == 0);  // the query is not a lookup
+  const SeqId a = pool.admit(prompt).seq;
+  CHECK(grow(pool, a, t, 10, s) == cold.blocks);
+
+  // growing a: 10 → 12 stays in the partial page, → 13 takes one page, → 22 three
+  const Snapshot before = snapshot(pool, {a});
+  CHECK(pool.blocks_to_grow(a, 0) == 0);
+  CHECK(pool.blocks_to_grow(a, 2) == 0);
+  CHECK(pool.blocks_to_grow(a, 3) == 1);
+  CHECK(pool.blocks_to_grow(a, 12) == 3);
+  CHECK(snapshot(pool, {a}) == before);
+  // a fork shares the partial page: the first write into it copies it (one block more)
+  const SeqId b = pool.fork(a);
+  CHECK(pool.blocks_to_grow(b, 2) == 1);
+  CHECK(pool.blocks_to_grow(b, 3) == 2);
+  CHECK(grow(pool, b, t, 3, s) == 2);
+  CHECK(pool.blocks_to_grow(a, 3) == 1);  // a's partial page is its own again
+  CHECK(grow(pool, a, t, 3, s) == 1);
+
+  // layers of unequal length (layer 0 one position ahead, as in the middle of a decode step):
+  // every page some layer writes counts once
+  pool.truncate(a, 12);
+  std::vector<float> k, v;
+  rows_for(t, 0, 12, 13, s, k, v);
+  pool.append(a, 0, k, v);  // layer 0: 13 positions (4 pages), layer 1: 12 (3 pages)
+  CHECK(pool.blocks_to_grow(a, 1) == 0);  // layer 0 writes page 3 (exists), layer 1 page 3 too
+  CHECK(pool.blocks_to_grow(a, 4) == 1);  // layer 0 writes pages 3, 4; layer 1 page 3
+  const std::size_t free0 = pool.free_blocks();
+  rows_for(t, 0, 13, 17, s, k, v);
+  pool.append(a, 0, k, v);
+  rows_for(t, 1, 12, 16, s, k, v);
+  pool.append(a, 1, k, v);
+  CHECK(free0 - pool.free_blocks() == 1);
+
+  // admission after a prefix hit: referenced hit blocks cost nothing, free (cached) ones leave the list
+  const std::vector<Token> longer(t.begin(), t.begin() + 14);  // 4 pages
+  const auto warm = pool.blocks_to_admit(longer);
+  CHECK(warm.match.blocks_hit == 2);  // a knows 10 tokens: its pages 0, 1 are registered
+  CHECK(warm.blocks == 2);            // pages 2, 3; the hit blocks are a's
+  const SeqId c = pool.admit(longer).seq;
+  CHECK(grow(pool, c, longer, 6, s) == warm.blocks);  // c registers its page 2 too
+  for (const SeqId id : {a, b, c}) pool.release(id);
+  const auto freed = pool.blocks_to_admit(longer);
+  CHECK(freed.match.blocks_hit == 3);
+  CHECK(freed.blocks == 1 + 3);  // the three cached hit blocks are free now: admitting takes them back
+  const std::size_t free1 = pool.free_blocks();
+  const SeqId d = pool.admit(longer).seq;
+  CHECK(free1 - pool.free_blocks() + grow(pool, d, longer, 2, s) == freed.blocks);
+
+  // a growth beyond the free blocks is exactly the one that throws capacity_error
+  const std::size_t room = pool.free_blocks() * s.B + (s.B - pool.size(d, 0) % s.B) % s.B;
+  CHECK(pool.blocks_to_grow(d, room) == pool.free_blocks());
+  CHECK(pool.blocks_to_grow(d, room + 1) == pool.free_blocks() + 1);
+  std::vector<Token> more = longer;
+  for (std::size_t i = 0; i <= room; ++i) more.push_back(static_cast<Token>(i % 3));
+  rows_for(more, 0, 14, 14 + room + 1, s, k, v);
+  CHECK_THROWS_AS(pool.append(d, 0, k, v), capacity_error);
+  const std::size_t left = pool.free_blocks();
+  CHECK(grow(pool, d, more, room, s) == left);
+  CHECK(pool.free_blocks() == 0);
+}
+
+TEST_CASE("paged: every allocation of a pool's lifetime goes through its memory resource") {
+  const Shape s{.L = 2, .H = 2, .d = 8, .B = 4};
+  std::vector<Token> t(30);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = static_cast<Token>(i % 9);
+  const std::vector<Token> prompt(t.begin(), t.begin() + 21), other(32, 5);
+  std::vector<float> k, v, k1, v1, ko, vo;  // rows prepared outside the counted region
+  rows_for(t, 0, 0, 21, s, k, v);
+  rows_for(t, 0, 21, 22, s, k1, v1);
+  rows_for(other, 0, 0, 32, s, ko, vo);
+  CountingResource mem;
+  std::size_t news = 0, tables = 0, evicted = 0, hit = 0;
+  {
+    test::CountAllocations count;
+    {
+      kv::PagedPool<float> pool({.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 12,
+                                 .extent_blocks = 4},
+                                &mem);
+      const SeqId a = pool.admit(prompt).seq;  // tables, tokens, hashes, the prefix index
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(a, l, k, v);
+      const SeqId b = pool.fork(a);  // a second table
+      pool.declare_tokens(b, std::span<const Token>(t).subspan(21, 1));
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(b, l, k1, v1);  // copy-on-write
+      pool.truncate(a, 9);
+      pool.release(a);
+      pool.release(b);
+      const SeqId c = pool.admit(prompt).seq;  // a prefix hit on freed blocks
+      hit = pool.block_table(c).size();
+      pool.release(c);
+      const SeqId o = pool.add_sequence();
+      for (std::size_t l = 0; l < s.L; ++l) pool.append(o, l, ko, vo);  // 8 blocks: 7 clean + 1 evicted
+      evicted = pool.prefix_stats().blocks_evicted;
+      tables = mem.current() - pool.bytes_reserved();
+    }
+    news = count.count();
+  }
+  CHECK(hit == 5);
+  CHECK(evicted == 1);
+  CHECK(tables > 0);                    // the metadata is counted ...
+  CHECK(news == mem.allocations());     // ... and nothing the pool owns bypasses the resource
+  CHECK(mem.current() == 0);            // everything was returned
 }

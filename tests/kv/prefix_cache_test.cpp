@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "barato/core/memory.hpp"
+
 using namespace barato;
 
 TEST_CASE("prefix hash chains: equal hash means equal whole prefix, not only an equal block") {
@@ -46,4 +48,30 @@ TEST_CASE("prefix index: insert, find, erase as eviction vs modification; statis
   CHECK(st.stop_full == 1);
   CHECK(st.miss_evicted == 1);
   CHECK(kv::to_string(kv::PrefixMiss::evicted) == "evicted");
+}
+
+TEST_CASE("extend_hash_chain: one hash per full block, each chained to the one before, extended incrementally") {
+  const std::vector<Token> t{1, 2, 3, 4, 5, 6, 7};
+  std::vector<std::uint64_t> h;
+  kv::extend_hash_chain(std::span<const Token>(t).first(3), 2, h);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0] == kv::block_hash(kv::kRootHash, std::vector<Token>{1, 2}));
+  kv::extend_hash_chain(t, 2, h);  // the same tokens, grown: only the new full blocks are hashed
+  REQUIRE(h.size() == 3);
+  CHECK(h[1] == kv::block_hash(h[0], std::vector<Token>{3, 4}));
+  CHECK(h[2] == kv::block_hash(h[1], std::vector<Token>{5, 6}));
+}
+
+TEST_CASE("prefix index: both of its sets allocate from the given resource") {
+  CountingResource mem;
+  {
+    kv::PrefixIndex idx(&mem);
+    for (std::uint64_t i = 0; i < 100; ++i) CHECK(idx.insert(i, static_cast<std::uint32_t>(i)));
+    const std::size_t map_only = mem.current();
+    CHECK(map_only > 0);
+    for (std::uint64_t i = 0; i < 50; ++i) idx.erase(i, /*evicted=*/true);
+    CHECK(idx.was_evicted(3));
+    CHECK(mem.allocations() > 100);  // nodes of both sets
+  }
+  CHECK(mem.current() == 0);
 }

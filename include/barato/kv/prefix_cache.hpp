@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <span>
 #include <string_view>
 #include <unordered_map>
@@ -38,6 +39,16 @@ namespace detail {
   std::uint64_t h = detail::mix64(parent ^ (0x243f6a8885a308d3ULL * (tokens.size() + 1)));
   for (const Token t : tokens) h = detail::mix64(h ^ static_cast<std::uint32_t>(t));
   return h;
+}
+
+/// Extends `hashes`, the chain of the full blocks of B tokens that `tokens` starts with (hashes[i] =
+/// hash of block i after blocks 0 … i − 1), to every full block of `tokens`. O(B) per new block.
+template <class Hashes>
+void extend_hash_chain(std::span<const Token> tokens, std::size_t B, Hashes& hashes) {
+  while ((hashes.size() + 1) * B <= tokens.size()) {
+    const std::size_t i = hashes.size();
+    hashes.push_back(block_hash(i == 0 ? kRootHash : hashes[i - 1], tokens.subspan(i * B, B)));
+  }
 }
 
 /// Why a prefix lookup stopped.
@@ -94,9 +105,10 @@ struct PrefixCacheStats {
 };
 
 /// Hash → physical block map of full, immutable blocks, with the set of hashes evicted so far.
-/// Blocks are `std::uint32_t` ids of the owning pool.
+/// Blocks are `std::uint32_t` ids of the owning pool; both sets allocate from `mr`.
 class PrefixIndex {
  public:
+  explicit PrefixIndex(std::pmr::memory_resource* mr = std::pmr::get_default_resource()) : map_(mr), evicted_(mr) {}
   /// The block registered under `hash`, or `kNone`.
   static constexpr std::uint32_t kNone = 0xFFFFFFFFu;
   [[nodiscard]] std::uint32_t find(std::uint64_t hash) const {
@@ -119,8 +131,8 @@ class PrefixIndex {
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
 
  private:
-  std::unordered_map<std::uint64_t, std::uint32_t> map_;
-  std::unordered_set<std::uint64_t> evicted_;
+  std::pmr::unordered_map<std::uint64_t, std::uint32_t> map_;
+  std::pmr::unordered_set<std::uint64_t> evicted_;
 };
 
 }  // namespace barato::kv
