@@ -511,9 +511,8 @@ class Llama {
       caches_[l].append(std::span<const float>(k_.data(), m * kd), std::span<const float>(v_.data(), m * kd));
       // head_dim below the float lanes (stories260K: 8 vs 16 on AVX-512) takes the packed-row kernel
       // of attention/small_dim_kernel.hpp inside attend.
-      barato::attention::attend(std::span<const float>(q_.data(), m * qd), p0, caches_[l], heads,
-                                std::span<float>(att_.data(), m * qd), stats_.span().first(m * cfg_.n_heads),
-                                barato::attention::AttendOptions{.scale = 0.0f, .threads = opt_.threads});
+      barato::attention::attend(std::span<const float>(q_.data(), m * qd), caches_[l], heads,
+                                std::span<float>(att_.data(), m * qd), {.threads = opt_.threads});
       apply(L.wo, att_.data(), o_.data(), m, qd, d);
       add_into(x_.data(), o_.data(), m * d);
 
