@@ -21,9 +21,10 @@ inline void add_inplace(std::span<float> x, std::span<const float> y) {
   require(y.size() == n, "nn::add_inplace: y has ", y.size(), " elements, expected ", n, " (size of x)");
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
-  std::size_t i = 0;
-  for (; i + W <= n; i += W) (B::load_unaligned(x.data() + i) + B::load_unaligned(y.data() + i)).store_unaligned(x.data() + i);
-  for (; i < n; ++i) x[i] += y[i];
+  const std::size_t full = n / W * W;  // the tail loop is written from `full` so a constant n folds it away
+  for (std::size_t i = 0; i < full; i += W)
+    (B::load_unaligned(x.data() + i) + B::load_unaligned(y.data() + i)).store_unaligned(x.data() + i);
+  for (std::size_t i = full; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace barato::nn

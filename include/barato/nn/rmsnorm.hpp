@@ -38,10 +38,10 @@ inline void rms_norm(std::span<const float> x, std::span<const float> w, std::sp
     const float ss = simd::dot<float, Arch>(xr.data(), xr.data(), d);
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
     const B s(inv);
-    std::size_t i = 0;
-    for (; i + W <= d; i += W)
+    const std::size_t full = d / W * W;  // the tail loop starts at `full` so a constant d folds it away
+    for (std::size_t i = 0; i < full; i += W)
       (B::load_unaligned(xr.data() + i) * s * B::load_unaligned(w.data() + i)).store_unaligned(yr.data() + i);
-    for (; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+    for (std::size_t i = full; i < d; ++i) yr[i] = xr[i] * inv * w[i];
   }
 }
 
