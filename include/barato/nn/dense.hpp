@@ -192,8 +192,8 @@ inline void gemv_rows(const T* w, std::size_t cols, const float* x, float* y, st
 template <Element T = float, class Arch = simd::DefaultArch>
 class Dense {
  public:
-  using element_type = T;
-  using arch_type = Arch;
+  using element_type = T;  ///< storage type of the weights
+  using arch_type = Arch;   ///< SIMD architecture of the kernels
 
   /// Zero weights of shape [rows, cols] from `mr` (fill them through `weights()`).
   /// Throws `shape_error` when rows or cols is 0.
