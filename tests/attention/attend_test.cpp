@@ -42,8 +42,7 @@ TEST_CASE("prefill (tiled attend over P queries) equals the reference, with and 
   const auto ref = test::attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)));
   for (int threads : {1, 2}) {
     std::vector<float> out(q.size());
-    std::vector<attention::PartialStats> stats(P * hq);
-    attention::attend(q, past, cache, heads, out, stats, {.threads = threads});
+    attention::attend(q, cache, heads, out, {.threads = threads});
     CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
   }
 }
@@ -65,8 +64,7 @@ TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query
     CHECK(test::max_rel_diff(full, ref) > 1e-2);  // the window matters for these inputs
     for (int threads : {1, 2}) {
       std::vector<float> out(q.size());
-      std::vector<attention::PartialStats> stats(P * hq);
-      attention::attend(q, past, cache, heads, out, stats, {.threads = threads});
+      attention::attend(q, cache, heads, out, {.threads = threads});
       CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
     }
   }

@@ -77,12 +77,15 @@ TEST_CASE("decode and attend reject bad input with typed errors, never UB") {
   CHECK_THROWS_AS(attention::decode(q, cache, heads, out_long), shape_error);
   CHECK_THROWS_AS(attention::decode(empty, cache, heads, empty), shape_error);
 
-  // attend: queries beyond the cache, stats scratch too small, no queries
-  std::vector<attention::PartialStats> stats(8);
-  std::vector<float> q2(64), out2(64);
-  CHECK_NOTHROW(attention::attend(q2, 1, cache, heads, out2, stats));
-  CHECK_THROWS_AS(attention::attend(q2, 2, cache, heads, out2, stats), shape_error);  // reaches position 3
-  std::vector<attention::PartialStats> few(7);
-  CHECK_THROWS_AS(attention::attend(q2, 0, cache, heads, out2, few), shape_error);
-  CHECK_THROWS_AS(attention::attend(empty, 0, cache, heads, empty, stats), shape_error);
+  // attend: the same arguments as decode; more queries than cached positions, q not whole tokens,
+  // mismatched out, no queries
+  std::vector<float> q2(64), out2(64), q3(96), out3(96), q_ragged(40), out_ragged(40);
+  CHECK_NOTHROW(attention::attend(q2, cache, heads, out2));   // positions 1, 2 of 3
+  CHECK_NOTHROW(attention::attend(q3, cache, heads, out3));   // positions 0, 1, 2
+  std::vector<float> q4(128), out4(128);
+  CHECK_THROWS_AS(attention::attend(q4, cache, heads, out4), shape_error);  // 4 queries, 3 positions
+  CHECK_THROWS_AS(attention::attend(q_ragged, cache, heads, out_ragged), shape_error);
+  CHECK_THROWS_AS(attention::attend(q2, cache, heads, out), shape_error);
+  CHECK_THROWS_AS(attention::attend(empty, cache, heads, empty), shape_error);
+  CHECK_THROWS_AS(attention::decode(q2, cache, heads, out2), shape_error);  // decode is one query
 }

@@ -113,6 +113,39 @@ TEST_CASE("RopeTable::apply equals rope() at every position") {
   }
 }
 
+TEST_CASE("one call rotates the q and k of a block of tokens: rope(q, k, heads, pos) and RopeTable::apply(q, k, heads, pos)") {
+  for (const RopeStyle style : {RopeStyle::adjacent, RopeStyle::half_split}) {
+    const attention::Heads heads{.n_q = 6, .n_kv = 2, .head_dim = 16};
+    const std::size_t n = 5, pos = 37;
+    const RopeConfig cfg{.base = 500000.0f, .style = style, .rotary_dim = 12};
+    const attention::RopeTable table(heads.head_dim, 64, cfg);
+    const auto q0 = test::random_vector(n * heads.q_dim(), 61), k0 = test::random_vector(n * heads.kv_dim(), 62);
+    auto q_direct = q0, k_direct = k0, q_table = q0, k_table = k0, q_each = q0, k_each = k0;
+    attention::rope(q_direct, k_direct, heads, pos, cfg);
+    table.apply(q_table, k_table, heads, pos);
+    for (std::size_t t = 0; t < n; ++t) {  // token t sits at pos + t
+      table.apply(std::span<float>(q_each).subspan(t * heads.q_dim(), heads.q_dim()), heads.n_q, pos + t);
+      table.apply(std::span<float>(k_each).subspan(t * heads.kv_dim(), heads.kv_dim()), heads.n_kv, pos + t);
+    }
+    CHECK(q_table == q_each);  // bitwise the per-token calls
+    CHECK(k_table == k_each);
+    CHECK(max_abs_diff(q_direct, q_table) <= 1e-6);
+    CHECK(max_abs_diff(k_direct, k_table) <= 1e-6);
+    CHECK(q_table != q0);
+  }
+  const attention::Heads heads{.n_q = 4, .n_kv = 2, .head_dim = 8};
+  const attention::RopeTable t(8, 4);
+  std::vector<float> q(2 * 32), k(2 * 16), k_short(16);
+  CHECK_NOTHROW(t.apply(q, k, heads, 2));
+  CHECK_THROWS_AS(t.apply(q, k, heads, 3), shape_error);        // positions 3, 4: past the table
+  CHECK_THROWS_AS(t.apply(q, k_short, heads, 0), shape_error);  // 2 tokens of q, 1 of k
+  CHECK_THROWS_AS(attention::rope(q, k_short, heads, 0), shape_error);
+  std::vector<float> none;
+  CHECK_THROWS_AS(attention::rope(none, none, heads, 0), shape_error);
+  const attention::Heads wide{.n_q = 2, .n_kv = 1, .head_dim = 16};
+  CHECK_THROWS_AS(t.apply(q, k, wide, 0), shape_error);  // head_dim differs from the table's
+}
+
 TEST_CASE("rotation preserves norms, and q(m)·k(n) depends only on m − n") {
   for (const RopeStyle style : {RopeStyle::adjacent, RopeStyle::half_split}) {
     const std::size_t d = 128;

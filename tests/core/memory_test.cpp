@@ -90,3 +90,23 @@ TEST_CASE("Buffer: move transfers ownership, copy() is deep and from the same re
   n = Buffer<int>(3, &mr);  // the old block is released
   CHECK(mr.current() == (10 + 3) * sizeof(int));
 }
+
+TEST_CASE("Buffer: row(i, width) and rows(count, width) view a row-major matrix") {
+  Buffer<int> b(12);  // [3, 4]
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int>(i);
+  const std::span<int> r1 = b.row(1, 4);
+  REQUIRE(r1.size() == 4);
+  CHECK(r1.data() == b.data() + 4);
+  CHECK(r1[0] == 4);
+  CHECK(r1[3] == 7);
+  r1[2] = -1;  // a view: writes land in the buffer
+  CHECK(b[6] == -1);
+  const Buffer<int>& cb = b;
+  CHECK(cb.row(2, 4).front() == 8);
+  CHECK(cb.row(5, 2).front() == 10);  // the same memory read as [6, 2]
+  const std::span<const int> first = cb.rows(2, 4);
+  CHECK(first.size() == 8);
+  CHECK(first.data() == b.data());
+  CHECK(b.rows(3, 4).size() == b.size());
+  CHECK(b.rows(0, 4).empty());
+}

@@ -185,8 +185,7 @@ TEST_CASE("sliding window: chunked appends of random sizes give every query exac
       const std::vector<float> q(qall.begin() + static_cast<std::ptrdiff_t>(p0 * sh.hq * d),
                                  qall.begin() + static_cast<std::ptrdiff_t>((p0 + m) * sh.hq * d));
       std::vector<float> out(q.size());
-      std::vector<attention::PartialStats> st(m * sh.hq);
-      attention::attend(q, p0, c, heads, out, st);
+      attention::attend(q, c, heads, out);  // the m queries at p0 … p0+m−1
       const std::vector<float> kk(k.begin(), k.begin() + static_cast<std::ptrdiff_t>((p0 + m) * H * d));
       const std::vector<float> vv(v.begin(), v.begin() + static_cast<std::ptrdiff_t>((p0 + m) * H * d));
       worst = std::max(worst, test::max_rel_diff(out, test::windowed_attention_ref(q, kk, vv, sh.hq, H, d, p0, scale, sh.S, sh.W)));

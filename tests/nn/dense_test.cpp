@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "barato/core/memory.hpp"
@@ -69,6 +70,27 @@ TEST_CASE_TEMPLATE("Dense::apply_batch equals n GEMVs bit for bit and the double
       CHECK(y1 == single);
     }
   }
+}
+
+TEST_CASE("Dense<T, Arch> runs the kernels of the arch it names: the portable SSE2 path matches the reference") {
+#if XSIMD_WITH_SSE2
+  for (const Shape& shape : kShapes) {
+    const std::size_t rows = shape.rows, cols = shape.cols;
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const auto w = test::random_vector(rows * cols, 31);
+    const auto x = test::random_vector(3 * cols, 32);
+    const nn::Dense<float, xsimd::sse2> sse(rows, cols, w);
+    static_assert(std::is_same_v<nn::Dense<float, xsimd::sse2>::arch_type, xsimd::sse2>);
+    static_assert(nn::LinearLayer<nn::Dense<float, xsimd::sse2>>);
+    std::vector<float> y(3 * rows), one(rows);
+    sse.apply_batch(x, y, 3);
+    CHECK(test::max_rel_diff(y, test::dense_ref(w, rows, cols, x, 3)) < test::kDenseFp32RelTol);
+    sse.apply(std::span<const float>(x).first(cols), one);
+    CHECK(std::vector<float>(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(rows)) == one);
+  }
+#endif
+  static_assert(std::is_same_v<nn::Dense<float>::arch_type, simd::DefaultArch>);
 }
 
 TEST_CASE_TEMPLATE("Dense storage: bytes, allocation through the memory resource, copy, weights()", T, float, f16, bf16) {

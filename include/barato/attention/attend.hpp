@@ -2,7 +2,9 @@
 /// \file
 /// One attention code path over every KV cache policy: queries for consecutive positions
 /// p0, p0+1, … attend causally to the cache (query at position p sees cached positions ≤ p).
-/// Decode is one query (p0 = size − 1); prefill is P queries after their K/V were appended.
+/// The queries are the cache's newest positions: their K/V are appended first, so n queries sit at
+/// p0 = size − n … size − 1. Prefill is n = P; decode is the one-query case (n = 1), with the same
+/// arguments.
 /// A windowed cache (`kv::WindowedCache`, e.g. kv::SlidingWindow) adds a per-query lower bound: the
 /// query at p sees only p' < sinks or p' > p − window, applied as a clip of each (query, tile) row
 /// range, so every query of a multi-token chunk gets exactly its own window. Other caches compile to
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -33,9 +36,13 @@ inline constexpr std::size_t kPrefillTileRows = 64;
 
 /// Options of `attend` / `decode` (designated initialisers).
 struct AttendOptions {
-  float scale = 0.0f;  ///< softmax scale; 0 means 1/√head_dim
-  int threads = 1;     ///< threads over KV heads (via barato::parallel_for)
+  std::optional<float> scale = std::nullopt;  ///< softmax scale; unset: 1/√head_dim (`Heads::default_scale()`)
+  int threads = 1;                           ///< threads over KV heads (via barato::parallel_for)
 };
+
+/// Partial states (n·H_q, one per query head and query) `attend` keeps on its stack: up to this
+/// many (32 KiB) it allocates nothing; beyond, they come from the default memory resource.
+inline constexpr std::size_t kAttendStackStats = 4096;
 
 namespace detail {
 inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n_tok, std::size_t stats_size,
@@ -50,22 +57,39 @@ inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n
   require(stats_size >= n_tok * heads.n_q, "attention::attend: stats scratch has ", stats_size, " entries, expected ",
           n_tok * heads.n_q);
 }
-}  // namespace detail
 
-/// Causal attention of `q` ([n_tok, H_q, d]) for positions p0 … p0+n_tok−1 against `cache` (windowed
-/// per query when the cache is a `kv::WindowedCache`), written
-/// to `out` ([n_tok, H_q, d]). `stats` is caller scratch of ≥ n_tok·H_q entries (so the caller's
-/// allocator sees it). Requires p0 + n_tok ≤ cache.size() (the queries' own K/V are appended first).
-/// Throws `shape_error` on any mismatch. Allocates nothing.
-template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
-void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const Heads& heads, std::span<float> out,
-            std::span<PartialStats> stats, const AttendOptions& opt = {}) {
+/// Runs fn(stats) with n partial states of scratch on the stack, else from the default resource.
+/// Tiers of 64, 1024 and kAttendStackStats: most models decode with ≤ 64 query heads, and 8 KiB of
+/// default-initialised stats cost ~80 ns a step, more than the whole step at n = 16.
+template <std::size_t N, class Fn>
+void with_stack_stats(std::size_t n, Fn& fn) {
+  std::array<PartialStats, N> stats;
+  fn(std::span<PartialStats>(stats.data(), n));
+}
+template <class Fn>
+void with_stats(std::size_t n, Fn&& fn) {
+  if (n <= 64) {
+    with_stack_stats<64>(n, fn);
+  } else if (n <= 1024) {
+    with_stack_stats<1024>(n, fn);
+  } else if (n <= kAttendStackStats) {
+    with_stack_stats<kAttendStackStats>(n, fn);
+  } else {
+    std::vector<PartialStats> stats(n);
+    fn(std::span<PartialStats>(stats));
+  }
+}
+
+/// The walk of `attend` for queries at p0 … p0+n_tok−1 with caller scratch `stats` (≥ n_tok·H_q).
+template <class Arch, kv::CachePolicy Cache>
+void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, const Heads& heads, std::span<float> out,
+                 std::span<PartialStats> stats, const AttendOptions& opt) {
   const std::size_t d = heads.head_dim;
   const std::size_t n_tok = heads.q_dim() == 0 ? 0 : q.size() / heads.q_dim();
   detail::check_attend(q.size(), out.size(), n_tok, stats.size(), heads, cache.n_kv_heads(), cache.head_dim());
   require(p0 + n_tok <= cache.size(), "attention::attend: queries reach position ", p0 + n_tok - 1,
           " but the cache holds ", cache.size(), " positions");
-  const float scale = opt.scale != 0.0f ? opt.scale : heads.default_scale();
+  const float scale = opt.scale.value_or(heads.default_scale());
   const std::size_t g = heads.group();
   const std::size_t row = heads.q_dim();
   [[maybe_unused]] kv::AttentionWindow window{};
@@ -104,26 +128,38 @@ void attend(std::span<const float> q, std::size_t p0, const Cache& cache, const 
   });
 }
 
-/// One decode step: the query `q` ([H_q, d]) of the newest position (size − 1) against the whole
-/// cache (its sinks + last W positions for a `kv::WindowedCache`), into `out` ([H_q, d]). Allocates
-/// nothing for H_q ≤ 1024.
+}  // namespace detail
+
+/// Causal attention of the queries `q` ([n, H_q, d]) of the cache's newest n positions
+/// (p0 = cache.size() − n … cache.size() − 1: append their K/V first) against `cache`, windowed per
+/// query when the cache is a `kv::WindowedCache`, written to `out` ([n, H_q, d]). n = 1 is a decode
+/// step (see `decode`); a prefill block is n > 1 — the same call. Throws `shape_error` on any
+/// mismatch, or when the cache holds fewer than n positions. Allocates nothing while n·H_q ≤
+/// `kAttendStackStats` (its only scratch, n·H_q (m, l) pairs, lives on the stack; no n×n matrix exists).
+template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
+void attend(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
+            const AttendOptions& opt = {}) {
+  heads.validate();
+  const std::size_t n_tok = q.size() / heads.q_dim();
+  require(n_tok <= cache.size(), "attention::attend: ", n_tok, " queries but the cache holds ", cache.size(),
+          " positions (append the queries' K/V first)");
+  detail::with_stats(n_tok * heads.n_q, [&](std::span<PartialStats> stats) {
+    detail::attend_into<Arch>(q, cache.size() - n_tok, cache, heads, out, stats, opt);
+  });
+}
+
+/// One decode step: `attend` for one query — `q` ([H_q, d]) of the newest position (size − 1) against
+/// the whole cache (its sinks + last W positions for a `kv::WindowedCache`), into `out` ([H_q, d]).
+/// Throws `shape_error` for an empty cache or a q that is not one token's H_q·d floats. Allocates
+/// nothing for H_q ≤ kAttendStackStats.
 template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
 void decode(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
             const AttendOptions& opt = {}) {
   require(cache.size() > 0, "attention::decode: the cache is empty (n = 0)");
-  constexpr std::size_t kStackHeads = 1024;
-  constexpr std::size_t kSmallHeads = 64;  // most models: 8 KiB of default-initialised stats cost
-                                           // ~80 ns a step, more than the whole step at n = 16
-  if (heads.n_q <= kSmallHeads) {
-    std::array<PartialStats, kSmallHeads> stats;
-    attend<Arch>(q, cache.size() - 1, cache, heads, out, std::span<PartialStats>(stats.data(), heads.n_q), opt);
-  } else if (heads.n_q <= kStackHeads) {
-    std::array<PartialStats, kStackHeads> stats;
-    attend<Arch>(q, cache.size() - 1, cache, heads, out, std::span<PartialStats>(stats.data(), heads.n_q), opt);
-  } else {
-    std::vector<PartialStats> stats(heads.n_q);
-    attend<Arch>(q, cache.size() - 1, cache, heads, out, std::span<PartialStats>(stats), opt);
-  }
+  heads.validate();
+  require(q.size() == heads.q_dim(), "attention::decode: q has ", q.size(), " floats, expected one token's ",
+          heads.q_dim());
+  attend<Arch>(q, cache, heads, out, opt);
 }
 
 }  // namespace barato::attention

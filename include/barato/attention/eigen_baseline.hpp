@@ -12,6 +12,7 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 
 #include "barato/core/error.hpp"
@@ -22,10 +23,11 @@ namespace barato::attention {
 using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 /// One decode step of one head with Eigen: k, v [n, d]; q [d]; `scores` ≥ n floats of caller
-/// scratch (holds the probabilities p on return); `out` [d]. `scale` 0 means 1/√d.
+/// scratch (holds the probabilities p on return); `out` [d]. `scale` unset means 1/√d.
 /// Throws `shape_error` on mismatched shapes or n = 0. Complexity: 2·n·d MACs, 4·n score bytes.
 inline void decode_eigen(const Eigen::Ref<const RowMatrixXf>& k, const Eigen::Ref<const RowMatrixXf>& v,
-                         std::span<const float> q, std::span<float> scores, std::span<float> out, float scale = 0.0f) {
+                         std::span<const float> q, std::span<float> scores, std::span<float> out,
+                         std::optional<float> scale = std::nullopt) {
   const auto n = static_cast<std::size_t>(k.rows());
   const auto d = static_cast<std::size_t>(k.cols());
   require(n > 0, "attention::decode_eigen: no cached positions (n = 0)");
@@ -35,7 +37,7 @@ inline void decode_eigen(const Eigen::Ref<const RowMatrixXf>& k, const Eigen::Re
   require(q.size() == d, "attention::decode_eigen: q has ", q.size(), " floats, expected ", d);
   require(out.size() == d, "attention::decode_eigen: out has ", out.size(), " floats, expected ", d);
   require(scores.size() >= n, "attention::decode_eigen: scores has ", scores.size(), " floats, expected ", n);
-  const float c = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const float c = scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
   const auto ni = static_cast<Eigen::Index>(n);
   const auto di = static_cast<Eigen::Index>(d);
 

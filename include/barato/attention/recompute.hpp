@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 
 #include "barato/attention/heads.hpp"
@@ -41,11 +42,11 @@ using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::
 
 /// Single-head causal attention over the whole sequence with a materialised n×n score matrix.
 /// q, k, v: [n, d] (row stride may exceed d); `scores`: ≥ n·n floats, row-major [n, n], holds P on
-/// return; `out`: [n, d]. `scale` 0 means 1/√d. Throws `shape_error` on mismatched shapes or n = 0.
+/// return; `out`: [n, d]. `scale` unset means 1/√d. Throws `shape_error` on mismatched shapes or n = 0.
 /// Complexity: d·n(n+1) MACs, 4·n² bytes of scores.
 inline void recompute(const Eigen::Ref<const RowMatrixXf>& q, const Eigen::Ref<const RowMatrixXf>& k,
                       const Eigen::Ref<const RowMatrixXf>& v, std::span<float> scores, Eigen::Ref<RowMatrixXf> out,
-                      float scale = 0.0f) {
+                      std::optional<float> scale = std::nullopt) {
   const auto n = static_cast<std::size_t>(q.rows());
   const auto d = static_cast<std::size_t>(q.cols());
   require(n > 0, "attention::recompute: no positions (n = 0)");
@@ -59,7 +60,7 @@ inline void recompute(const Eigen::Ref<const RowMatrixXf>& q, const Eigen::Ref<c
           "attention::recompute: out is ", out.rows(), " x ", out.cols(), ", expected ", n, " x ", d);
   require(scores.size() >= n * n, "attention::recompute: scores has ", scores.size(), " floats, expected n*n = ",
           n * n);
-  const float c = scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const float c = scale.value_or(1.0f / std::sqrt(static_cast<float>(d)));
   const auto ni = static_cast<Eigen::Index>(n);
 
   Eigen::Map<RowMatrixXf> s(scores.data(), ni, ni);  // [n, n]
@@ -83,7 +84,7 @@ inline void recompute(const Eigen::Ref<const RowMatrixXf>& q, const Eigen::Ref<c
 /// head after head (on return it holds the last head's P). Throws `shape_error` on bad heads or
 /// mismatched spans. Complexity: H_q·d·n(n+1) MACs.
 inline void recompute(std::span<const float> q, std::span<const float> k, std::span<const float> v, const Heads& heads,
-                      std::span<float> scores, std::span<float> out, float scale = 0.0f) {
+                      std::span<float> scores, std::span<float> out, std::optional<float> scale = std::nullopt) {
   heads.validate();
   require(q.size() % heads.q_dim() == 0, "attention::recompute: q has ", q.size(),
           " floats, expected a multiple of H_q*d = ", heads.q_dim());

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory_resource>
+#include <optional>
 #include <span>
 
 #include "barato/attention/heads.hpp"
@@ -67,8 +68,8 @@ class SplitKWorkspace {
 
 /// Options of `decode_split_k` (designated initialisers).
 struct SplitKOptions {
-  float scale = 0.0f;  ///< softmax scale; 0 means 1/√head_dim
-  int threads = 1;     ///< threads over the S·H_kv (chunk, KV head) work items
+  std::optional<float> scale = std::nullopt;  ///< softmax scale; unset: 1/√head_dim (`Heads::default_scale()`)
+  int threads = 1;                           ///< threads over the S·H_kv (chunk, KV head) work items
 };
 
 /// First position of chunk s of S over n positions (aligned up to kSplitKRowAlign, clamped to n).
@@ -97,7 +98,7 @@ void decode_split_k(std::span<const float> q, const Cache& cache, const Heads& h
           heads.q_dim());
   const std::size_t n = cache.size();
   require(n > 0, "attention::decode_split_k: the cache is empty (n = 0)");
-  const float scale = opt.scale != 0.0f ? opt.scale : heads.default_scale();
+  const float scale = opt.scale.value_or(heads.default_scale());
   const std::size_t g = heads.group();
   const std::size_t splits = ws.splits();
 

@@ -112,6 +112,26 @@ class Buffer {
   [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
   [[nodiscard]] std::span<T> span() noexcept { return {data_, size_}; }
   [[nodiscard]] std::span<const T> span() const noexcept { return {data_, size_}; }
+  /// Row `i` of the buffer read as a row-major matrix of rows of `width` elements: elements
+  /// [i·width, (i+1)·width). Requires (i + 1)·width ≤ size() (debug assert).
+  [[nodiscard]] std::span<T> row(std::size_t i, std::size_t width) noexcept {
+    BARATO_ASSERT((i + 1) * width <= size_);
+    return {data_ + i * width, width};
+  }
+  [[nodiscard]] std::span<const T> row(std::size_t i, std::size_t width) const noexcept {
+    BARATO_ASSERT((i + 1) * width <= size_);
+    return {data_ + i * width, width};
+  }
+  /// The first `count` rows of `width` elements ([count, width], row-major): elements
+  /// [0, count·width). Requires count·width ≤ size() (debug assert).
+  [[nodiscard]] std::span<T> rows(std::size_t count, std::size_t width) noexcept {
+    BARATO_ASSERT(count * width <= size_);
+    return {data_, count * width};
+  }
+  [[nodiscard]] std::span<const T> rows(std::size_t count, std::size_t width) const noexcept {
+    BARATO_ASSERT(count * width <= size_);
+    return {data_, count * width};
+  }
   [[nodiscard]] T& operator[](std::size_t i) noexcept { return data_[i]; }
   [[nodiscard]] const T& operator[](std::size_t i) const noexcept { return data_[i]; }
   [[nodiscard]] T* begin() noexcept { return data_; }

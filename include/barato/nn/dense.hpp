@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// `nn::Dense<T>`: a dense linear layer y = W x with W [rows, cols] stored row-major as T (fp32, fp16
+/// `nn::Dense<T, Arch>`: a dense linear layer y = W x with W [rows, cols] stored row-major as T (fp32, fp16
 /// or bf16) in a `Buffer<T>` from a memory resource. The model of `nn::LinearLayer` for unquantized
 /// weights.
 ///
@@ -187,11 +187,13 @@ inline void gemv_rows(const T* w, std::size_t cols, const float* x, float* y, st
 }  // namespace detail
 
 /// Dense linear layer: W [rows, cols] of T, y = W x. Owns its weights (64-byte aligned, from `mr`).
-/// Move-only; `copy()` is explicit.
-template <Element T = float>
+/// Move-only; `copy()` is explicit. `Arch` is the SIMD architecture its kernels are compiled for
+/// (as for `quant::Linear<F, Arch>`); the default is the best one the build enables.
+template <Element T = float, class Arch = simd::DefaultArch>
 class Dense {
  public:
-  using element_type = T;
+  using element_type = T;  ///< storage type of the weights
+  using arch_type = Arch;   ///< SIMD architecture of the kernels
 
   /// Zero weights of shape [rows, cols] from `mr` (fill them through `weights()`).
   /// Throws `shape_error` when rows or cols is 0.
@@ -264,7 +266,7 @@ class Dense {
   void run(const float* x, float* y, std::size_t n, int threads) const {
     if (n == 0) return;
     parallel_for(
-        rows_, threads, [&](std::size_t lo, std::size_t hi) { rows_range<simd::DefaultArch>(x, y, n, lo, hi); },
+        rows_, threads, [&](std::size_t lo, std::size_t hi) { rows_range(x, y, n, lo, hi); },
         grain(n));
   }
 
@@ -276,7 +278,6 @@ class Dense {
   /// KB and measured at about half the bandwidth on 896-column matrices. So the GEMV (n = 1) and the
   /// first `kVecTile` vectors of each row block go row by row; for n > kVecTile the rest of the block,
   /// now in L2, is computed in kRowTile × kVecTile register tiles.
-  template <class Arch>
   void rows_range(const float* x, float* y, std::size_t n, std::size_t lo, std::size_t hi) const noexcept {
     constexpr std::size_t R = detail::kRowTile, N = detail::kVecTile;
     const std::size_t c = cols_;
@@ -290,27 +291,27 @@ class Dense {
       const std::size_t first = std::min(n, N);
       for (std::size_t r = r0; r < r1; ++r) {  // sequential pass over the block
         if (first == N) {
-          tile<1, N, Arch>(r, x, 0, y);
+          tile<1, N>(r, x, 0, y);
         } else {
-          for (std::size_t j = 0; j < first; ++j) tile<1, 1, Arch>(r, x + j * c, j, y);
+          for (std::size_t j = 0; j < first; ++j) tile<1, 1>(r, x + j * c, j, y);
         }
       }
       std::size_t j = first;
       for (; j + N <= n; j += N) {
         std::size_t r = r0;
-        for (; r + R <= r1; r += R) tile<R, N, Arch>(r, x + j * c, j, y);
-        for (; r < r1; ++r) tile<1, N, Arch>(r, x + j * c, j, y);
+        for (; r + R <= r1; r += R) tile<R, N>(r, x + j * c, j, y);
+        for (; r < r1; ++r) tile<1, N>(r, x + j * c, j, y);
       }
       for (; j < n; ++j) {
         std::size_t r = r0;
-        for (; r + R <= r1; r += R) tile<R, 1, Arch>(r, x + j * c, j, y);
-        for (; r < r1; ++r) tile<1, 1, Arch>(r, x + j * c, j, y);
+        for (; r + R <= r1; r += R) tile<R, 1>(r, x + j * c, j, y);
+        for (; r < r1; ++r) tile<1, 1>(r, x + j * c, j, y);
       }
     }
   }
 
   /// Rows [r, r + R) × vectors [j, j + N) (x points at vector j) into y [n, rows].
-  template <std::size_t R, std::size_t N, class Arch>
+  template <std::size_t R, std::size_t N>
   void tile(std::size_t r, const float* x, std::size_t j, float* y) const noexcept {
     float tmp[R * N];  // [R, N]
     detail::dot_tile<R, N, Arch>(w_.data() + r * cols_, cols_, x, cols_, tmp, N);

@@ -8,7 +8,8 @@
 ///  - `apply(x, y, threads)`: x.size() == cols(), y.size() == rows(); y is overwritten; allocates
 ///    nothing; `threads` ≥ 1 is a hint (results are identical for any thread count).
 ///  - `apply_batch(x, y, n, threads)`: x is [n, cols] row-major, y is [n, rows]; the weights are read
-///    once for all n vectors (batched decode / prefill).
+///    once for all n vectors (batched decode / prefill). Row j equals `apply` on vector j bit for bit,
+///    so a decoder calls `apply_batch` for any n, a decode step (n = 1) included.
 ///  - `bytes()` is the exact storage of the weights including scales (what a decode step streams).
 ///  - Mismatched sizes throw `barato::shape_error`.
 

@@ -5,5 +5,6 @@
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
 #include "barato/nn/linear_layer.hpp"
+#include "barato/nn/residual.hpp"
 #include "barato/nn/rmsnorm.hpp"
 #include "barato/nn/swiglu.hpp"
