@@ -33,9 +33,10 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
   const QuantizedMatrix<F> m(rows, cols, w);
   std::vector<float> w_hat(rows * cols);
   m.dequantize(w_hat);
-  const std::size_t n = 3;
+  // n = kVecTile + 1 vectors: gemv_batch prepares one full tile of vectors and then a partial one.
+  const std::size_t n = quant::detail::kVecTile + 1;
   const auto x = barato::test::random_vector(n * cols, seed + 1, -2.0f, 2.0f);
-  std::vector<float> y(rows), yb(n * rows), y2(rows);
+  std::vector<float> y(rows), yb(n * rows), y2(rows), ys(n * rows);
   for (std::size_t t = 0; t < n; ++t) {
     const auto expect = ref::matvec(w_hat, rows, cols, x.data() + t * cols);
     const auto scale = ref::abs_matvec(w_hat, rows, cols, x.data() + t * cols);
@@ -62,11 +63,12 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
       REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30) + fixed_point_bound[r]);
       REQUIRE(y2[r] == y[r]);  // identical for any thread count
     }
+    std::copy(y.begin(), y.end(), ys.begin() + static_cast<std::ptrdiff_t>(t * rows));
   }
   gemv_batch<Arch>(m.view(), x, yb, n, 2);
-  for (std::size_t r = 0; r < rows; ++r) {
-    gemv<Arch>(m.view(), std::span<const float>(x.data() + (n - 1) * cols, cols), y, 1);
-    REQUIRE(yb[(n - 1) * rows + r] == y[r]);  // batch row = single product
+  for (std::size_t t = 0; t < n; ++t) {
+    CAPTURE(t);
+    for (std::size_t r = 0; r < rows; ++r) REQUIRE(yb[t * rows + r] == ys[t * rows + r]);  // batch row t = gemv of x_t
   }
 }
 
