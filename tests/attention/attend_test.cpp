@@ -2,8 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <string_view>
+
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/sliding_window.hpp"
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -70,4 +73,43 @@ TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query
       CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
     }
   }
+}
+
+namespace {
+/// Prefill (P queries crossing a 64-row tile) and decode through `attend<Arch>` / `decode<Arch>` over a
+/// Contiguous<T> cache, against the double reference over the values the cache stores (T-rounded).
+template <class Arch, Element T>
+void check_through_arch(std::size_t d) {
+  CAPTURE(d);
+  const std::size_t hq = 4, hkv = 2, past = 40, P = 70;
+  const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+  auto k = test::random_vector((past + P) * hkv * d, 21), v = test::random_vector((past + P) * hkv * d, 22);
+  kv::Contiguous<T> cache(hkv, d, past + P);
+  cache.append(k, v);
+  for (auto& x : k) x = static_cast<float>(static_cast<T>(x));  // what the kernels read
+  for (auto& x : v) x = static_cast<float>(static_cast<T>(x));
+  const auto q = test::random_vector(P * hq * d, 23, -2.f, 2.f);
+  const auto ref = test::attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)));
+  std::vector<float> out(q.size());
+  std::vector<attention::PartialStats> stats(P * hq);
+  attention::attend<Arch>(q, past, cache, heads, out, stats);
+  CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+
+  const std::vector<float> q1(q.end() - static_cast<std::ptrdiff_t>(hq * d), q.end());
+  const std::vector<float> ref1(ref.end() - static_cast<std::ptrdiff_t>(hq * d), ref.end());
+  std::vector<float> out1(hq * d);
+  attention::decode<Arch>(q1, cache, heads, out1);
+  CHECK(test::max_rel_diff(out1, ref1) <= test::kFp32RelTol);
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("attend and decode through every explicit arch equal the reference (small-d, fixed-dim, generic kernels)", T,
+                   float, f16) {
+  // d = 4, 8: the small-d kernel on AVX-512 (generic elsewhere); 24, 40: the generic kernel (24 on
+  // 8-lane rows under AVX-512); 64, 128: the fixed-dim kernel; the portable arch runs 4 lanes throughout.
+  test::for_each_arch([&]<class Arch>(Arch) {
+    const std::string_view arch = Arch::name();
+    CAPTURE(arch);
+    for (const std::size_t d : {4, 8, 24, 40, 64, 128}) check_through_arch<Arch, T>(d);
+  });
 }
