@@ -9,7 +9,9 @@
 
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/nf4.hpp"
+#include "quant/kernel_check.hpp"
 #include "quant/reference.hpp"
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -18,9 +20,6 @@ namespace ref = barato::test::quant_ref;
 
 namespace {
 
-/// Largest |x16| of the VNNI kernel's fixed-point activations (quant/vnni.hpp).
-constexpr double kVnniFixedMax = 16383.0;
-
 /// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix.
 template <class Arch, class F>
 void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
@@ -28,9 +27,7 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
   CAPTURE(cols);
   const std::string_view kernel = RowKernel<Arch, F>::kName;
   CAPTURE(kernel);
-  auto w = ref::normal_vector(rows * cols, seed, 0.05f);
-  w[cols + 3] = 1.0f;
-  const QuantizedMatrix<F> m(rows, cols, w);
+  const auto m = ref::test_matrix<F>(rows, cols, seed);
   std::vector<float> w_hat(rows * cols);
   m.dequantize(w_hat);
   // n = kVecTile + 1 vectors: gemv_batch prepares one full tile of vectors and then a partial one.
@@ -44,21 +41,7 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y2, 2);
     // The VNNI kernels round x to 15-bit fixed point per 128-column block (and the table kernel the
     // levels to 16-bit fixed point): add those roundings' bounds.
-    std::vector<double> fixed_point_bound(rows, 0.0);
-    if (kernel == "avx512-vnni" || kernel == "avx512-vnni-lut16") {
-      double level_half_step = 0.0;  // per unit of scale
-      if constexpr (kUseVnniLut16<Arch, F>) level_half_step = 0.5 / double(RowKernel<Arch, F>::kLevelScale);
-      const float* xt = x.data() + t * cols;
-      for (std::size_t b = 0; b + 128 <= cols; b += 128) {
-        double xmax = 0;
-        for (std::size_t c = b; c < b + 128; ++c) xmax = std::max(xmax, std::fabs(double(xt[c])));
-        const double half_step = 0.5 * xmax / kVnniFixedMax * (1 + 1e-6);
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = b; c < b + 128; ++c)
-            fixed_point_bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step +
-                                    double(m.view().scale(r, c)) * level_half_step * (std::fabs(double(xt[c])) + half_step);
-      }
-    }
+    const auto fixed_point_bound = ref::fixed_point_bound<RowKernel<Arch, F>>(m, w_hat, x.data() + t * cols);
     for (std::size_t r = 0; r < rows; ++r) {
       REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30) + fixed_point_bound[r]);
       REQUIRE(y2[r] == y[r]);  // identical for any thread count
@@ -94,11 +77,29 @@ TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the 
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
+TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference for every format", F,
+                   Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
+                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>,
+                   Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>,
+                   AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
+  static_assert(std::string_view(RowKernel<barato::test::PortableArch, F>::kName) == "xsimd");
+  check_shapes<barato::test::PortableArch, F>();
+}
+
 #if XSIMD_WITH_AVX2
 TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double reference", F, Int8PerRow<>,
                    AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>) {
   static_assert(std::string_view(RowKernel<xsimd::avx2, F>::kName) == "xsimd");
   check_shapes<xsimd::avx2, F>();
+}
+#endif
+
+#if XSIMD_WITH_AVX512BW
+TEST_CASE_TEMPLATE("gemv through the explicit avx512bw arch (AVX-512 / VNNI / VNNI-LUT16 kernels) equals the double reference",
+                   F, Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
+                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>,
+                   Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<3, PerRow>, Nf4<64>, Nf4<64, float>) {
+  check_shapes<xsimd::avx512bw, F>();
 }
 #endif
 
