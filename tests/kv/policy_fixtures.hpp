@@ -120,10 +120,11 @@ struct QuantizedFixture {
   QuantizedFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, cap) {}
   Cache& cache() { return c; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return Cache::bytes_per_token(h, d); }
-  // Half a quantisation step of the coarser of the two formats (+ float rounding).
+  // Half a quantisation step of the coarser of the two formats (the step computed in fp32) + the
+  // fp32 rounding of the dequantised value (|x| ≤ 1 in the contract suite).
   static double element_error(double absmax) {
     const int mc = KF::kMaxCode < VF::kMaxCode ? KF::kMaxCode : VF::kMaxCode;
-    return 0.5 * absmax / mc * (1 + 1e-5) + 1e-7;
+    return 0.5 * absmax / mc * (1 + kStepRoundingSlack) + kFp32UnitRounding;
   }
   static double attn_tol() { return (KF::kBits == 4 || VF::kBits == 4) ? kInt4AttnRelTol : kInt8AttnRelTol; }
 };

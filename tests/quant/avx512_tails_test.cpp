@@ -37,7 +37,7 @@ TEST_CASE("tail8: masked int8 dot of columns [c0, n) equals the scalar loop and 
       std::vector<float> xn(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
       const double want = scalar_sum(c0, n, [&](std::size_t c) { return double(wn[c]) * double(xn[c]); });
       const double mag = scalar_sum(c0, n, [&](std::size_t c) { return std::abs(double(wn[c]) * double(xn[c])); });
-      REQUIRE(std::abs(quant::avx512::tail8(wn.data(), c0, n, xn.data()) - want) <= test::kFp32RelTol * (mag + 1e-30));
+      REQUIRE(std::abs(quant::avx512::tail8(wn.data(), c0, n, xn.data()) - want) <= test::kFp32RelTol * (mag + test::kTiny));
     }
   }
 }
@@ -59,7 +59,7 @@ TEST_CASE("tail4: natural-order 4-bit tail with a table of levels and a scale pe
     const double want = scalar_sum(128, n, [&](std::size_t c) { return double(lev[codes[c]]) * scale_at(c) * double(xn[c]); });
     const double mag = scalar_sum(128, n, [&](std::size_t c) { return std::abs(double(lev[codes[c]]) * scale_at(c) * double(xn[c])); });
     REQUIRE(std::abs(quant::avx512::tail4(row.data(), 128, n, xn.data(), base, scale_at) - want) <=
-            test::kFp32RelTol * (mag + 1e-30));
+            test::kFp32RelTol * (mag + test::kTiny));
   }
 }
 

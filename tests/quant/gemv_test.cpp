@@ -43,7 +43,7 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
     // levels to 16-bit fixed point): add those roundings' bounds.
     const auto fixed_point_bound = ref::fixed_point_bound<RowKernel<Arch, F>>(m, w_hat, x.data() + t * cols);
     for (std::size_t r = 0; r < rows; ++r) {
-      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30) + fixed_point_bound[r]);
+      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + barato::test::kTiny) + fixed_point_bound[r]);
       REQUIRE(y2[r] == y[r]);  // identical for any thread count
     }
     std::copy(y.begin(), y.end(), ys.begin() + static_cast<std::ptrdiff_t>(t * rows));

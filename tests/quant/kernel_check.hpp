@@ -79,7 +79,7 @@ void check_dots(const quant::QuantizedMatrix<F>& m, const std::vector<float>& x,
   for (std::size_t r = 0; r < rows; ++r) {
     CAPTURE(r);
     const double got = K::dot(m.view(), r, *act);
-    REQUIRE(std::fabs(got - expect[r]) <= kKernelRelTol * (scale[r] + 1e-30) + bound[r]);
+    REQUIRE(std::fabs(got - expect[r]) <= kKernelRelTol * (scale[r] + kTiny) + bound[r]);
   }
 }
 

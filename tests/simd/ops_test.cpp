@@ -45,7 +45,7 @@ TEST_CASE_TEMPLATE("dot equals the scalar reference for fp32 / fp16 / bf16 opera
         ref += double(a[i]) * double(static_cast<float>(b[i]));
         mag += std::abs(double(a[i]) * double(static_cast<float>(b[i])));
       }
-      CHECK(std::abs(double(simd::dot<T, Arch>(a.data(), b.data(), n)) - ref) <= kOpsRelTol * (mag + 1e-30));
+      CHECK(std::abs(double(simd::dot<T, Arch>(a.data(), b.data(), n)) - ref) <= kOpsRelTol * (mag + test::kTiny));
     }
   });
 }
