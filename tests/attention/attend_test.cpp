@@ -80,12 +80,12 @@ TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query
 }
 
 namespace {
-/// Prefill (P queries crossing a 64-row tile) and decode through `attend<Arch>` / `decode<Arch>` over a
+/// Prefill (P queries over 70 positions: two 64-row tiles) and decode through `attend<Arch>` / `decode<Arch>` over a
 /// Contiguous<T> cache, against the double reference over the values the cache stores (T-rounded).
 template <class Arch, Element T>
 void check_through_arch(std::size_t d) {
   CAPTURE(d);
-  const std::size_t hq = 4, hkv = 2, past = 40, P = 70;
+  const std::size_t hq = 4, hkv = 2, past = 30, P = 40;
   const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
   auto k = test::random_vector((past + P) * hkv * d, 21), v = test::random_vector((past + P) * hkv * d, 22);
   kv::Contiguous<T> cache(hkv, d, past + P);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "barato/quant/absmax.hpp"
@@ -77,11 +78,11 @@ TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the 
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
-TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference for every format", F,
-                   Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
-                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>,
-                   Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>,
-                   AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
+// One format per code width and scale granularity (tests/quant/row_kernel_test.cpp runs the portable
+// kernel itself over more formats and every arch).
+TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference", F, Int8PerTensor<>,
+                   Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, AbsMax<6, PerRow>, Int4Group<128>, Int4Group<64>,
+                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>) {
   static_assert(std::string_view(RowKernel<barato::test::PortableArch, F>::kName) == "xsimd");
   check_shapes<barato::test::PortableArch, F>();
 }
@@ -94,14 +95,10 @@ TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double refe
 }
 #endif
 
-#if XSIMD_WITH_AVX512BW
-TEST_CASE_TEMPLATE("gemv through the explicit avx512bw arch (AVX-512 / VNNI / VNNI-LUT16 kernels) equals the double reference",
-                   F, Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
-                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>,
-                   Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<3, PerRow>, Nf4<64>, Nf4<64, float>) {
-  check_shapes<xsimd::avx512bw, F>();
-}
-#endif
+// The explicit xsimd::avx512bw arch is the default arch wherever the flags enable AVX-512 BW (xsimd's
+// best arch), so the "default arch" case above runs the AVX-512 / VNNI kernels; each of them is also
+// tested through RowKernel<xsimd::avx512bw, F> in its own file (avx512_test.cpp, vnni_test.cpp, …).
+static_assert(!XSIMD_WITH_AVX512BW || std::is_same_v<simd::DefaultArch, xsimd::avx512bw>);
 
 TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them") {
   if constexpr (simd::kHasAvx512bw<simd::DefaultArch>) {
