@@ -2,8 +2,6 @@
 
 #include <doctest/doctest.h>
 
-#include <string_view>
-
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/sliding_window.hpp"
 #include "support/archs.hpp"
@@ -112,8 +110,6 @@ TEST_CASE_TEMPLATE("attend and decode through every explicit arch equal the refe
   // d = 4, 8: the small-d kernel on AVX-512 (generic elsewhere); 24, 40: the generic kernel (24 on
   // 8-lane rows under AVX-512); 64, 128: the fixed-dim kernel; the portable arch runs 4 lanes throughout.
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t d : {4, 8, 24, 40, 64, 128}) check_through_arch<Arch, T>(d);
   });
 }

@@ -21,8 +21,6 @@ TEST_CASE_TEMPLATE("PortableRowKernel equals the double reference on the portabl
                    Int4PerTensor<>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>,
                    AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
   barato::test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     ref::check_row_kernel_shapes<PortableRowKernel<Arch, F>, F>(31);
   });
   // a scale group longer than the kernel's 256-column decode chunk (two chunks per group)

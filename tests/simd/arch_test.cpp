@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
-#include <string_view>
 
 #include "support/archs.hpp"
 
@@ -11,8 +10,6 @@ using namespace barato;
 
 TEST_CASE("reduce_max and reduce_add on every arch") {
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     using B = simd::Batch<float, Arch>;
     alignas(64) float t[B::size];
     for (std::size_t j = 0; j < B::size; ++j) t[j] = static_cast<float>((j * 7) % B::size) - 3.0f;
@@ -50,8 +47,6 @@ void check_reduce_add_rows() {
 
 TEST_CASE("reduce_add_rows puts the sum of row i in lane i on every compiled arch (AVX-512 and AVX/AVX2 networks, portable SSE loop; regression: xsimd 8.1 haddp permutes lanes on AVX-512)") {
   test::for_each_arch([]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     check_reduce_add_rows<Arch>();
   });
 #if XSIMD_WITH_AVX

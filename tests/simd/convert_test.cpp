@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #include "support/archs.hpp"
@@ -53,8 +52,6 @@ TEST_CASE_TEMPLATE("to_float and load_as_float are bit-exact against Eigen's sca
   std::vector<T> src(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) src[i] = static_cast<T>(values[i]);  // the reference rounding
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
                                 std::size_t{33}, values.size()}) {
       CAPTURE(n);
@@ -75,8 +72,6 @@ TEST_CASE_TEMPLATE("to_float and load_as_float are bit-exact against Eigen's sca
 TEST_CASE_TEMPLATE("from_float rounds to nearest even exactly as Eigen does (tails, specials) on every arch", T, float, f16, bf16) {
   const auto values = special_values();
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{16}, std::size_t{31}, values.size()}) {
       CAPTURE(n);
       std::vector<T> dst(n + 1, static_cast<T>(7.0f));

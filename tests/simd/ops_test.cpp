@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #include "support/archs.hpp"
@@ -34,8 +33,6 @@ std::vector<T> as(const std::vector<float>& x) {
 
 TEST_CASE_TEMPLATE("dot equals the scalar reference for fp32 / fp16 / bf16 operands, with tails, on every arch", T, float, f16, bf16) {
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : lengths<Arch>()) {
       CAPTURE(n);
       const auto a = test::random_vector(n, 1);
@@ -52,8 +49,6 @@ TEST_CASE_TEMPLATE("dot equals the scalar reference for fp32 / fp16 / bf16 opera
 
 TEST_CASE_TEMPLATE("axpy equals the scalar reference, and leaves elements past n alone, on every arch", T, float, f16, bf16) {
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : lengths<Arch>()) {
       CAPTURE(n);
       const auto x = as<T>(test::random_vector(n, 3));
@@ -69,8 +64,6 @@ TEST_CASE_TEMPLATE("axpy equals the scalar reference, and leaves elements past n
 
 TEST_CASE("scale and max equal the scalar loop, with tails, on every arch") {
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : lengths<Arch>()) {
       CAPTURE(n);
       auto y = test::random_vector(n + 2, 5, -50.f, 50.f);
@@ -90,8 +83,6 @@ TEST_CASE("scale and max equal the scalar loop, with tails, on every arch") {
 
 TEST_CASE("softmax equals the double reference, sums to one, returns the normaliser, survives large inputs, on every arch") {
   test::for_each_arch([&]<class Arch>(Arch) {
-    const std::string_view arch = Arch::name();
-    CAPTURE(arch);
     for (const std::size_t n : lengths<Arch>()) {
       if (n == 0) continue;
       CAPTURE(n);

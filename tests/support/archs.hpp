@@ -14,6 +14,8 @@
 // An arch that the compile flags do not enable (barato's tests build with -march=native) is left out:
 // its batch type would not compile, and the CPU would not run it.
 
+#include <doctest/doctest.h>
+
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
@@ -26,18 +28,24 @@ using PortableArch = xsimd::default_arch;  // non-x86 targets: the only arch the
 #endif
 
 namespace detail {
+/// f(Arch{}) with the arch's name in the message of any assertion that fails inside.
+template <class Arch, class F>
+void run_on(F& f) {
+  INFO("arch = " << Arch::name());
+  f(Arch{});
+}
 template <class Arch, class F>
 void unless_default(F& f) {
-  if constexpr (!std::is_same_v<Arch, xsimd::default_arch>) f(Arch{});
+  if constexpr (!std::is_same_v<Arch, xsimd::default_arch>) run_on<Arch>(f);
 }
 }  // namespace detail
 
 /// Calls f(Arch{}) for the default arch, PortableArch and every one of avx2, avx512f, avx512bw the
-/// compile flags enable, each arch once. Use with a generic lambda:
+/// compile flags enable, each arch once; a failing assertion names the arch. Use with a generic lambda:
 /// `for_each_arch([&]<class Arch>(Arch) { … kernel<Arch>(…) … });`.
 template <class F>
 void for_each_arch(F&& f) {
-  f(xsimd::default_arch{});
+  detail::run_on<xsimd::default_arch>(f);
   detail::unless_default<PortableArch>(f);
 #if XSIMD_WITH_AVX2
   detail::unless_default<xsimd::avx2>(f);
