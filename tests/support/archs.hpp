@@ -16,6 +16,7 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
@@ -31,7 +32,8 @@ namespace detail {
 /// f(Arch{}) with the arch's name in the message of any assertion that fails inside.
 template <class Arch, class F>
 void run_on(F& f) {
-  INFO("arch = " << Arch::name());
+  const std::string name = Arch::name();  // doctest would print a const char* as an address
+  INFO("arch = " << name);
   f(Arch{});
 }
 template <class Arch, class F>
