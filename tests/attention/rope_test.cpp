@@ -17,6 +17,12 @@ using attention::RopeStyle;
 namespace {
 
 constexpr double kRopeAbsTol = 2e-5;  // fp32 rotation vs double complex rotation, |x| ≤ 1, pos ≤ 5000
+/// q(m)·k(n) against q(m − n)·k(0): the fp32 angles m·θ_i carry an error ~m·u (m ≤ 740 here), so the
+/// two scores differ by ~10⁻⁵ of |q||k|; relative to a score that can be small, 10⁻⁴.
+constexpr double kShiftedScoreRelTol = 1e-4;
+/// Least score change between relative positions 3 and 40 for "depends on m − n" to mean something:
+/// an order of magnitude above kShiftedScoreRelTol · |score|.
+constexpr double kRelativePositionEffectMin = 1e-3;
 
 /// The direct formula, written independently: pair i is the complex number x_a + i·x_b multiplied
 /// by e^{i·pos·θ_i}, θ_i = base^(−2i/r); (a, b) = (2i, 2i+1) adjacent, (i, i + r/2) half-split.
@@ -91,8 +97,8 @@ TEST_CASE("half-split equals adjacent on de-interleaved dims (the two convention
   }
   attention::rope(perm, 1, d, pos, {.style = RopeStyle::half_split});
   for (std::size_t i = 0; i < d / 2; ++i) {
-    CHECK(perm[i] == doctest::Approx(adj[2 * i]).epsilon(1e-6));
-    CHECK(perm[i + d / 2] == doctest::Approx(adj[2 * i + 1]).epsilon(1e-6));
+    CHECK(perm[i] == doctest::Approx(adj[2 * i]).epsilon(test::kFp32AbsTol));  // the same rotation, pairs in another order
+    CHECK(perm[i + d / 2] == doctest::Approx(adj[2 * i + 1]).epsilon(test::kFp32AbsTol));
   }
 }
 
@@ -108,7 +114,7 @@ TEST_CASE("RopeTable::apply equals rope() at every position") {
       auto a = x, b = x;
       attention::rope(a, heads, d, pos, cfg);
       table.apply(b, heads, pos);
-      CHECK(max_abs_diff(a, b) <= 1e-6);
+      CHECK(max_abs_diff(a, b) <= test::kFp32AbsTol);  // table vs on-the-fly sin/cos: a few ulps of |x| ≤ 1
     }
   }
 }
@@ -153,7 +159,7 @@ TEST_CASE("rotation preserves norms, and q(m)·k(n) depends only on m − n") {
     for (const std::size_t pos : {0, 5, 1000, 4095}) {
       auto x = q;
       attention::rope(x, 1, d, pos, {.style = style});
-      CHECK(dot(x, x) == doctest::Approx(dot(q, q)).epsilon(1e-5));
+      CHECK(dot(x, x) == doctest::Approx(dot(q, q)).epsilon(test::kFp32RelTol));
     }
     auto score = [&](std::size_t m, std::size_t n) {
       auto a = q, b = k;
@@ -163,10 +169,10 @@ TEST_CASE("rotation preserves norms, and q(m)·k(n) depends only on m − n") {
     };
     for (const std::size_t delta : {0, 3, 40}) {
       const double s0 = score(delta, 0);
-      CHECK(score(10 + delta, 10) == doctest::Approx(s0).epsilon(1e-4));
-      CHECK(score(700 + delta, 700) == doctest::Approx(s0).epsilon(1e-4));
+      CHECK(score(10 + delta, 10) == doctest::Approx(s0).epsilon(kShiftedScoreRelTol));
+      CHECK(score(700 + delta, 700) == doctest::Approx(s0).epsilon(kShiftedScoreRelTol));
     }
-    CHECK(std::abs(score(3, 0) - score(40, 0)) > 1e-3);  // and it does depend on m − n
+    CHECK(std::abs(score(3, 0) - score(40, 0)) > kRelativePositionEffectMin);  // and it does depend on m − n
   }
 }
 

@@ -30,6 +30,13 @@ namespace {
 /// Logits of a windowed model vs token-by-token / the double-precision reference (relative to the
 /// largest |logit|): fp32 summation-order differences through 5 layers, as for the full-cache model.
 constexpr double kWindowLogitRelTol = 2e-5;
+/// Logits after 200 positions of quantized pages vs the same codes in one block: the page-boundary
+/// rescales of the online softmax change the fp32 summation order at every page, across 5 layers
+/// and 200 steps; still far below the quantization error itself (~10⁻²).
+constexpr double kQuantPageLogitRelTol = 1e-4;
+/// Least difference between the windowed model and the full-cache model for the window test to mean
+/// anything: two orders of magnitude above kWindowLogitRelTol.
+constexpr double kWindowEffectMin = 1e-3;
 }  // namespace
 
 TEST_CASE("kv policies: greedy tokens on stories260K are identical across contiguous, growable and paged") {
@@ -84,7 +91,7 @@ TEST_CASE("kv policies: quantized pages (paged-int8, paged-k8v4) decode like the
     const auto on_pages = run(paged);
     const auto in_one_block = run(flat);
     CHECK(on_pages.first == in_one_block.first);
-    CHECK(barato::test::max_rel_diff(on_pages.second, in_one_block.second) <= 1e-4);
+    CHECK(barato::test::max_rel_diff(on_pages.second, in_one_block.second) <= kQuantPageLogitRelTol);
   }
 }
 
@@ -181,7 +188,7 @@ TEST_CASE("kv policies: window:W,S prefilled in chunks equals token-by-token dec
     const auto l = full.step(t);
     full_logits.insert(full_logits.end(), l.begin(), l.end());
   }
-  CHECK(barato::test::max_rel_diff(full_logits, ref_logits) > 1e-3);
+  CHECK(barato::test::max_rel_diff(full_logits, ref_logits) > kWindowEffectMin);
 
   for (const auto& chunks : {std::pair<std::size_t, std::size_t>{128, 128}, {7, 7}, {5, 16}, {128, 13}}) {
     const std::size_t cache_chunk = chunks.first, model_chunk = chunks.second;  // (clang 14 cannot capture bindings)

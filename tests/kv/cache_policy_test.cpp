@@ -1,11 +1,14 @@
 // The KV cache contract, written once and run over every policy (doctest TEST_CASE_TEMPLATE):
 // append / truncate / size / bytes, typed errors that leave the cache unchanged, blocks visited in
 // position order with their true pos0, and attention over the policy equal to attention over a
-// kv::Contiguous copy of what it stores (bitwise where the policy's blocks are tile-aligned).
+// kv::Contiguous copy of what it stores (bitwise where the policy's blocks are tile-aligned). Sliding
+// windows that wrap keep exactly their documented positions, and attention over them equals the
+// windowed double reference over the original rows.
 #include "barato/kv/cache_policy.hpp"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -105,11 +108,42 @@ kv::Contiguous<float> contiguous_copy(const Cache& cache) {
 
 constexpr std::size_t kHeads = 2, kDim = 40, kCap = 96;  // d = 40: a vector part and a scalar tail
 
+/// Appends tokens [t0, t0 + n) of k / v ([tokens, kHeads, kDim]) to `c`, in pieces of at most
+/// `max_append()` tokens for a cache that bounds one append (as decoders split their blocks).
+template <class Cache>
+void append_tokens(Cache& c, const std::vector<float>& k, const std::vector<float>& v, std::size_t t0, std::size_t n) {
+  std::size_t piece = n;
+  if constexpr (requires { c.max_append(); }) piece = c.max_append();
+  for (std::size_t t = t0; t < t0 + n; t += piece) {
+    const std::size_t m = std::min(piece, t0 + n - t), off = t * kHeads * kDim;
+    c.append(std::span<const float>(k).subspan(off, m * kHeads * kDim), std::span<const float>(v).subspan(off, m * kHeads * kDim));
+  }
+}
+
+/// The positions a fixture's cache must hold after positions 0 … n−1 were appended.
+template <class F>
+std::vector<std::size_t> kept_positions(const F& fx, std::size_t n) {
+  std::vector<std::size_t> pos;
+  for (std::size_t p = 0; p < n; ++p)
+    if (test::keeps(fx, n, p)) pos.push_back(p);
+  return pos;
+}
+
+/// Index of position p in s.pos (REQUIREs that it is there).
+inline std::size_t row_of(const Stored& s, std::size_t p) {
+  const auto it = std::find(s.pos.begin(), s.pos.end(), p);
+  REQUIRE(it != s.pos.end());
+  return static_cast<std::size_t>(it - s.pos.begin());
+}
+
 }  // namespace
 
+// The window fixtures <16, 0, 8>, <20, 4, 12> and <24, 2, 1> keep fewer positions (sinks + W + chunk − 1)
+// than the contract appends: their rings wrap, so the contract exercises eviction.
 #define BARATO_POLICIES                                                                                          \
   test::ContiguousFixture, test::GrowableFixture<16>, test::GrowableFixture<7>, test::PagedFixture<16>,          \
       test::PagedFixture<8>, test::PagedFixture<32>, test::WindowFixture<200, 0>, test::WindowFixture<150, 4>, \
+      test::WindowFixture<16, 0, 8>, test::WindowFixture<20, 4, 12>, test::WindowFixture<24, 2, 1>,             \
       test::QuantizedFixture<kv::Int8, kv::Int8>, test::QuantizedFixture<kv::Int4, kv::Int4>,                   \
       test::QuantizedFixture<kv::Int8, kv::Int4>, test::PagedQuantizedFixture<kv::Int8, kv::Int8>,               \
       test::PagedQuantizedFixture<kv::Int8, kv::Int4>
@@ -130,20 +164,19 @@ TEST_CASE_TEMPLATE("cache contract: append, read back, truncate, bytes", F, BARA
   const auto v = test::random_vector(n * kHeads * kDim, 12);
   std::size_t done = 0;
   for (std::size_t chunk : {1, 3, 17, 1, 30, 38}) {
-    const std::size_t a = done * kHeads * kDim, b = (done + chunk) * kHeads * kDim;
-    c.append(std::span<const float>(k).subspan(a, b - a), std::span<const float>(v).subspan(a, b - a));
+    append_tokens(c, k, v, done, chunk);
     done += chunk;
     CHECK(c.size() == done);
   }
   REQUIRE(done == n);
-  CHECK(c.bytes_used() == n * F::token_bytes(kHeads, kDim));
+  const std::vector<std::size_t> kept = kept_positions(fx, n);  // all 90, or a window's sinks + ring
+  CHECK(c.bytes_used() == kept.size() * F::token_bytes(kHeads, kDim));
   CHECK(c.bytes_reserved() >= c.bytes_used());
 
   for (std::size_t h = 0; h < kHeads; ++h) {
     const Stored s = stored(c, h);
     CHECK(s.ordered);
-    REQUIRE(s.pos.size() == n);  // every policy under test keeps ≥ 90 positions
-    for (std::size_t i = 0; i < n; ++i) CHECK(s.pos[i] == i);
+    REQUIRE(s.pos == kept);  // true positions, evicted ones gone
     const auto kr = head_rows(k, kHeads, kDim, h, s.pos), vr = head_rows(v, kHeads, kDim, h, s.pos);
     double worst = 0;
     for (std::size_t i = 0; i < kr.size(); ++i) {
@@ -153,17 +186,22 @@ TEST_CASE_TEMPLATE("cache contract: append, read back, truncate, bytes", F, BARA
     CHECK(worst <= 0.0);
   }
 
-  // truncate (rollback) and re-append different content
+  // truncate (rollback) and re-append different content: the kept positions below 50 stay, evicted
+  // positions are not restored
+  const Stored before = stored(c, 1);
   c.truncate(50);
   CHECK(c.size() == 50);
-  CHECK(stored(c, 1).pos.size() == 50);
-  CHECK(c.bytes_used() == 50 * F::token_bytes(kHeads, kDim));
+  std::vector<std::size_t> below;
+  for (const std::size_t p : before.pos)
+    if (p < 50) below.push_back(p);
+  CHECK(stored(c, 1).pos == below);
+  CHECK(c.bytes_used() == below.size() * F::token_bytes(kHeads, kDim));
   const auto k2 = test::random_vector(5 * kHeads * kDim, 13), v2 = test::random_vector(5 * kHeads * kDim, 14);
-  c.append(k2, v2);
+  append_tokens(c, k2, v2, 0, 5);
   CHECK(c.size() == 55);
   const Stored s = stored(c, 1);
-  REQUIRE(s.pos.size() == 55);
-  CHECK(std::abs(s.k[52 * kDim + 3] - k2[(2 * kHeads + 1) * kDim + 3]) <= F::element_error(1.0));
+  REQUIRE(s.pos.size() == below.size() + 5);
+  CHECK(std::abs(s.k[row_of(s, 52) * kDim + 3] - k2[(2 * kHeads + 1) * kDim + 3]) <= F::element_error(1.0));
   CHECK_THROWS_AS(c.truncate(56), shape_error);
   c.truncate(0);
   CHECK(c.size() == 0);
@@ -175,7 +213,7 @@ TEST_CASE_TEMPLATE("cache contract: bad input and capacity errors leave the cach
   F fx(kHeads, kDim, kCap);
   auto& c = fx.cache();
   const auto k = test::random_vector(40 * kHeads * kDim, 21), v = test::random_vector(40 * kHeads * kDim, 22);
-  c.append(k, v);
+  append_tokens(c, k, v, 0, 40);
   const Stored before = stored(c, 1);
   const std::size_t used = c.bytes_used(), reserved = c.bytes_reserved();
   auto unchanged = [&] {
@@ -234,7 +272,7 @@ TEST_CASE("AttentionWindow::visible_rows: the sub-ranges are exactly the rows th
   CHECK(cases > 1000);
 }
 
-TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention over a contiguous copy", F,
+TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention over a contiguous copy (windows: the windowed reference)", F,
                    BARATO_POLICIES) {
   CAPTURE(F::kName);
   const std::size_t hq = 6, n = 87;
@@ -242,31 +280,45 @@ TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention o
   F fx(kHeads, kDim, kCap);
   auto& c = fx.cache();
   const auto k = test::random_vector(n * kHeads * kDim, 31), v = test::random_vector(n * kHeads * kDim, 32);
+  const double scale = 1.0 / std::sqrt(double(kDim));
+  // The expected output of queries q at positions p0 … over the policy: for a sliding window, the
+  // windowed double reference over the original rows (it fails if the cache kept, evicted or showed
+  // the wrong positions); otherwise attention over a contiguous copy of what the policy stores.
+  auto check_against = [&](const std::vector<float>& q, std::size_t p0, const std::vector<float>& a) {
+    if constexpr (requires { F::kWindow; }) {
+      const auto ref = test::windowed_attention_ref(q, k, v, hq, kHeads, kDim, p0, scale, F::kSinks, F::kWindow);
+      CHECK(test::max_rel_diff(a, ref) <= test::kFp32RelTol);
+    } else {
+      std::vector<float> b(q.size());
+      attention::attend(q, contiguous_copy(c), heads, b);
+      if constexpr (F::kExactAttention) CHECK(a == b);
+      else CHECK(test::max_rel_diff(a, b) <= test::kFp32RelTol);
+    }
+  };
+  // prefill check: 60 queries at positions 0..59, in one block or in blocks of max_append()
   const std::size_t prompt = 60;
-  c.append(std::span<const float>(k).first(prompt * kHeads * kDim), std::span<const float>(v).first(prompt * kHeads * kDim));
-  // prefill check: 60 queries at positions 0..59 over the policy vs over its contiguous copy
-  {
-    const auto q = test::random_vector(prompt * hq * kDim, 33, -2.f, 2.f);
-    std::vector<float> a(q.size()), b(q.size());
+  std::size_t piece = prompt;
+  if constexpr (requires { c.max_append(); }) piece = std::min(prompt, c.max_append());
+  for (std::size_t p0 = 0; p0 < prompt; p0 += piece) {
+    const std::size_t m = std::min(piece, prompt - p0);
+    CAPTURE(p0);
+    append_tokens(c, k, v, p0, m);
+    const auto q = test::random_vector(m * hq * kDim, 33 + static_cast<unsigned>(p0), -2.f, 2.f);
+    std::vector<float> a(q.size());
     attention::attend(q, c, heads, a);
-    const auto copy = contiguous_copy(c);
-    attention::attend(q, copy, heads, b);
-    if constexpr (F::kExactAttention) CHECK(a == b);
-    else CHECK(test::max_rel_diff(a, b) <= test::kFp32RelTol);
+    check_against(q, p0, a);
   }
   // decode steps, one token at a time
   for (std::size_t t = prompt; t < n; ++t) {
-    const std::size_t off = t * kHeads * kDim;
-    c.append(std::span<const float>(k).subspan(off, kHeads * kDim), std::span<const float>(v).subspan(off, kHeads * kDim));
+    CAPTURE(t);
+    append_tokens(c, k, v, t, 1);
     const auto q = test::random_vector(hq * kDim, 100 + static_cast<unsigned>(t), -2.f, 2.f);
-    std::vector<float> a(q.size()), b(q.size());
+    std::vector<float> a(q.size());
     attention::decode(q, c, heads, a);
-    const auto copy = contiguous_copy(c);
-    attention::decode(q, copy, heads, b);
-    if constexpr (F::kExactAttention) CHECK(a == b);
-    else CHECK(test::max_rel_diff(a, b) <= test::kFp32RelTol);
-    // and against the unquantised fp32 rows (the policy's storage error, within its named tolerance)
-    if (F::attn_tol() > 1e-4) {
+    check_against(q, t, a);
+    // and against the unquantised fp32 rows (the policy's storage error, within its named tolerance),
+    // for the policies whose storage rounds (quantized: attn_tol above fp32 summation noise)
+    if (F::attn_tol() > test::kFp32RelTol) {
       const Stored s = stored(c, 0);
       std::vector<float> kk, vv;
       for (const std::size_t p : s.pos)
@@ -274,7 +326,7 @@ TEST_CASE_TEMPLATE("cache contract: attention over the policy equals attention o
           kk.push_back(k[p * kHeads * kDim + i]);
           vv.push_back(v[p * kHeads * kDim + i]);
         }
-      const auto ref = test::attention_ref(q, kk, vv, hq, kHeads, kDim, s.pos.size() - 1, 1.0 / std::sqrt(double(kDim)));
+      const auto ref = test::attention_ref(q, kk, vv, hq, kHeads, kDim, s.pos.size() - 1, scale);
       CHECK(test::max_rel_diff(a, ref) <= F::attn_tol());
     }
   }

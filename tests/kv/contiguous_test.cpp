@@ -153,8 +153,8 @@ TEST_CASE_TEMPLATE("fp16 / bf16 storage round trip within half an ulp of the for
       for (std::size_t i = 0; i < d; ++i) {
         const float kx = k[(p * H + h) * d + i], vx = v[(p * H + h) * d + i];
         const float kg = static_cast<float>(c.key(h, p)[i]), vg = static_cast<float>(c.value(h, p)[i]);
-        REQUIRE(std::abs(double(kg) - kx) <= tol * std::abs(double(kx)) + 1e-7);
-        REQUIRE(std::abs(double(vg) - vx) <= tol * std::abs(double(vx)) + 1e-7);
+        REQUIRE(std::abs(double(kg) - kx) <= tol * std::abs(double(kx)) + test::kFp32UnitRounding);
+        REQUIRE(std::abs(double(vg) - vx) <= tol * std::abs(double(vx)) + test::kFp32UnitRounding);
         REQUIRE(c.key(h, p)[i] == static_cast<T>(kx));  // round to nearest even, as Eigen converts
       }
 }

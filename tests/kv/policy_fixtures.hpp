@@ -20,6 +20,7 @@
 #include "barato/kv/quantized.hpp"
 #include "barato/kv/sliding_window.hpp"
 #include "barato/simd/arch.hpp"
+#include "support/reference.hpp"
 
 namespace barato::test {
 
@@ -53,7 +54,7 @@ struct GrowableFixture {
   Cache& cache() { return c; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
   static double element_error(double) { return 0.0; }
-  static double attn_tol() { return kExactAttention ? 0.0 : 1e-5; }
+  static double attn_tol() { return kExactAttention ? 0.0 : kFp32RelTol; }
 };
 
 template <std::size_t Block>
@@ -73,23 +74,41 @@ struct PagedFixture {
   Cache& cache() { return *view; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
   static double element_error(double) { return 0.0; }
-  static double attn_tol() { return kExactAttention ? 0.0 : 1e-5; }
+  static double attn_tol() { return kExactAttention ? 0.0 : kFp32RelTol; }
 };
 
-template <std::size_t Window, std::size_t Sinks>
+/// A sliding window of W = Window positions and S = Sinks sinks; one append adds at most Chunk tokens
+/// (Chunk = 0: the fixture's capacity, so no append is split). With W + Chunk − 1 < the positions the
+/// contract appends (90), the ring wraps and positions are evicted: the contract then checks that the
+/// cache keeps exactly the documented positions (kv/sliding_window.hpp) and that attention over it
+/// equals the windowed double reference over the original rows.
+template <std::size_t Window, std::size_t Sinks, std::size_t Chunk = 0>
 struct WindowFixture {
   using Cache = kv::SlidingWindow<float>;
   static constexpr const char* kName = "window";
   static constexpr bool kBounded = false;  // never full: it evicts
   static constexpr bool kExactAttention = false;
+  static constexpr std::size_t kWindow = Window, kSinks = Sinks;
+  std::size_t chunk;
   Cache c;
-  // chunk = cap: the contract appends up to 60 tokens at once (windows stay exact for any of them)
-  WindowFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, Window, Sinks, cap) {}
+  WindowFixture(std::size_t h, std::size_t d, std::size_t cap)
+      : chunk(Chunk == 0 ? cap : Chunk), c(h, d, Window, Sinks, Chunk == 0 ? cap : Chunk) {}
   Cache& cache() { return c; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return 2 * h * d * sizeof(float); }
   static double element_error(double) { return 0.0; }
-  static double attn_tol() { return 1e-5; }
+  static double attn_tol() { return kFp32RelTol; }
+  /// Whether the cache still holds position p after positions 0 … n−1 were appended (no rollback):
+  /// the sinks and the ring's last W + chunk − 1 positions.
+  [[nodiscard]] bool keeps(std::size_t n, std::size_t p) const { return p < n && (p < Sinks || p + Window + chunk - 1 >= n); }
 };
+
+/// Whether fixture `fx` keeps position p after positions 0 … n−1 were appended: every position for a
+/// policy that does not evict, the documented window for a sliding window.
+template <class Fixture>
+[[nodiscard]] bool keeps(const Fixture& fx, std::size_t n, std::size_t p) {
+  if constexpr (requires { fx.keeps(n, p); }) return fx.keeps(n, p);
+  else return p < n;
+}
 
 template <class KF, class VF>
 struct QuantizedFixture {
@@ -101,10 +120,11 @@ struct QuantizedFixture {
   QuantizedFixture(std::size_t h, std::size_t d, std::size_t cap) : c(h, d, cap) {}
   Cache& cache() { return c; }
   static std::size_t token_bytes(std::size_t h, std::size_t d) { return Cache::bytes_per_token(h, d); }
-  // Half a quantisation step of the coarser of the two formats (+ float rounding).
+  // Half a quantisation step of the coarser of the two formats (the step computed in fp32) + the
+  // fp32 rounding of the dequantised value (|x| ≤ 1 in the contract suite).
   static double element_error(double absmax) {
     const int mc = KF::kMaxCode < VF::kMaxCode ? KF::kMaxCode : VF::kMaxCode;
-    return 0.5 * absmax / mc * (1 + 1e-5) + 1e-7;
+    return 0.5 * absmax / mc * (1 + kStepRoundingSlack) + kFp32UnitRounding;
   }
   static double attn_tol() { return (KF::kBits == 4 || VF::kBits == 4) ? kInt4AttnRelTol : kInt8AttnRelTol; }
 };

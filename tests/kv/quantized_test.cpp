@@ -12,6 +12,10 @@
 using namespace barato;
 
 namespace {
+/// The row scale absmax / max_code computed in fp32 against the double reference: one or two
+/// roundings (u ≈ 6·10⁻⁸ each).
+constexpr double kScaleRelTol = 1e-6;
+
 /// Scalar reference of one row's absmax quantisation, in double: (scale, codes).
 std::pair<double, std::vector<int>> quantize_ref(const float* x, std::size_t d, int max_code) {
   double amax = 0;
@@ -45,14 +49,14 @@ TEST_CASE("quantized formats: packing layout, codes match the scalar reference, 
       const float s4 = kv::quantize_row<kv::Int4>(xr, d, p4.data());
       const auto [r8, q8] = quantize_ref(xr, d, 127);
       const auto [r4, q4] = quantize_ref(xr, d, 7);
-      CHECK(s8 == doctest::Approx(r8).epsilon(1e-6));
-      CHECK(s4 == doctest::Approx(r4).epsilon(1e-6));
+      CHECK(s8 == doctest::Approx(r8).epsilon(kScaleRelTol));
+      CHECK(s4 == doctest::Approx(r4).epsilon(kScaleRelTol));
       int off8 = 0, off4 = 0;
       for (std::size_t c = 0; c < d; ++c) {
         off8 = std::max(off8, std::abs(kv::Int8::code(p8.data(), c) - q8[c]));  // ±1 only at exact .5 ties
         off4 = std::max(off4, std::abs(kv::Int4::code(p4.data(), c) - q4[c]));
-        CHECK(std::abs(s8 * kv::Int8::code(p8.data(), c) - xr[c]) <= 0.5 * s8 * (1 + 1e-5));
-        CHECK(std::abs(s4 * kv::Int4::code(p4.data(), c) - xr[c]) <= 0.5 * s4 * (1 + 1e-5));
+        CHECK(std::abs(s8 * kv::Int8::code(p8.data(), c) - xr[c]) <= 0.5 * s8 * (1 + test::kStepRoundingSlack));
+        CHECK(std::abs(s4 * kv::Int4::code(p4.data(), c) - xr[c]) <= 0.5 * s4 * (1 + test::kStepRoundingSlack));
       }
       CHECK(off8 <= 1);
       CHECK(off4 <= 1);

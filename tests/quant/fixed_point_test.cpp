@@ -19,7 +19,7 @@ TEST_CASE("fixed_point_block: q · sx is within sx / 2 of x, the largest |x| map
   CHECK(q[17] == -kFixedPointMax);
   for (std::size_t i = 0; i < x.size(); ++i) {
     CHECK(std::abs(q[i]) <= kFixedPointMax);
-    CHECK(std::fabs(double(q[i]) * sx - double(x[i])) <= 0.5 * sx * (1 + 1e-5));
+    CHECK(std::fabs(double(q[i]) * sx - double(x[i])) <= 0.5 * sx * (1 + barato::test::kStepRoundingSlack));
   }
 }
 

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/nf4.hpp"
+#include "quant/kernel_check.hpp"
 #include "quant/reference.hpp"
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -18,9 +21,6 @@ namespace ref = barato::test::quant_ref;
 
 namespace {
 
-/// Largest |x16| of the VNNI kernel's fixed-point activations (quant/vnni.hpp).
-constexpr double kVnniFixedMax = 16383.0;
-
 /// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix.
 template <class Arch, class F>
 void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
@@ -28,14 +28,13 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
   CAPTURE(cols);
   const std::string_view kernel = RowKernel<Arch, F>::kName;
   CAPTURE(kernel);
-  auto w = ref::normal_vector(rows * cols, seed, 0.05f);
-  w[cols + 3] = 1.0f;
-  const QuantizedMatrix<F> m(rows, cols, w);
+  const auto m = ref::test_matrix<F>(rows, cols, seed);
   std::vector<float> w_hat(rows * cols);
   m.dequantize(w_hat);
-  const std::size_t n = 3;
+  // n = kVecTile + 1 vectors: gemv_batch prepares one full tile of vectors and then a partial one.
+  const std::size_t n = quant::detail::kVecTile + 1;
   const auto x = barato::test::random_vector(n * cols, seed + 1, -2.0f, 2.0f);
-  std::vector<float> y(rows), yb(n * rows), y2(rows);
+  std::vector<float> y(rows), yb(n * rows), y2(rows), ys(n * rows);
   for (std::size_t t = 0; t < n; ++t) {
     const auto expect = ref::matvec(w_hat, rows, cols, x.data() + t * cols);
     const auto scale = ref::abs_matvec(w_hat, rows, cols, x.data() + t * cols);
@@ -43,30 +42,17 @@ void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
     gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), y2, 2);
     // The VNNI kernels round x to 15-bit fixed point per 128-column block (and the table kernel the
     // levels to 16-bit fixed point): add those roundings' bounds.
-    std::vector<double> fixed_point_bound(rows, 0.0);
-    if (kernel == "avx512-vnni" || kernel == "avx512-vnni-lut16") {
-      double level_half_step = 0.0;  // per unit of scale
-      if constexpr (kUseVnniLut16<Arch, F>) level_half_step = 0.5 / double(RowKernel<Arch, F>::kLevelScale);
-      const float* xt = x.data() + t * cols;
-      for (std::size_t b = 0; b + 128 <= cols; b += 128) {
-        double xmax = 0;
-        for (std::size_t c = b; c < b + 128; ++c) xmax = std::max(xmax, std::fabs(double(xt[c])));
-        const double half_step = 0.5 * xmax / kVnniFixedMax * (1 + 1e-6);
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = b; c < b + 128; ++c)
-            fixed_point_bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step +
-                                    double(m.view().scale(r, c)) * level_half_step * (std::fabs(double(xt[c])) + half_step);
-      }
-    }
+    const auto fixed_point_bound = ref::fixed_point_bound<RowKernel<Arch, F>>(m, w_hat, x.data() + t * cols);
     for (std::size_t r = 0; r < rows; ++r) {
-      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + 1e-30) + fixed_point_bound[r]);
+      REQUIRE(std::fabs(double(y[r]) - expect[r]) <= ref::kKernelRelTol * (scale[r] + barato::test::kTiny) + fixed_point_bound[r]);
       REQUIRE(y2[r] == y[r]);  // identical for any thread count
     }
+    std::copy(y.begin(), y.end(), ys.begin() + static_cast<std::ptrdiff_t>(t * rows));
   }
   gemv_batch<Arch>(m.view(), x, yb, n, 2);
-  for (std::size_t r = 0; r < rows; ++r) {
-    gemv<Arch>(m.view(), std::span<const float>(x.data() + (n - 1) * cols, cols), y, 1);
-    REQUIRE(yb[(n - 1) * rows + r] == y[r]);  // batch row = single product
+  for (std::size_t t = 0; t < n; ++t) {
+    CAPTURE(t);
+    for (std::size_t r = 0; r < rows; ++r) REQUIRE(yb[t * rows + r] == ys[t * rows + r]);  // batch row t = gemv of x_t
   }
 }
 
@@ -92,6 +78,15 @@ TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the 
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
+// One format per code width and scale granularity (tests/quant/row_kernel_test.cpp runs the portable
+// kernel itself over more formats and every arch).
+TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference", F, Int8PerTensor<>,
+                   Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, AbsMax<6, PerRow>, Int4Group<128>, Int4Group<64>,
+                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>) {
+  static_assert(std::string_view(RowKernel<barato::test::PortableArch, F>::kName) == "xsimd");
+  check_shapes<barato::test::PortableArch, F>();
+}
+
 #if XSIMD_WITH_AVX2
 TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double reference", F, Int8PerRow<>,
                    AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>) {
@@ -99,6 +94,11 @@ TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double refe
   check_shapes<xsimd::avx2, F>();
 }
 #endif
+
+// The explicit xsimd::avx512bw arch is the default arch wherever the flags enable AVX-512 BW (xsimd's
+// best arch), so the "default arch" case above runs the AVX-512 / VNNI kernels; each of them is also
+// tested through RowKernel<xsimd::avx512bw, F> in its own file (avx512_test.cpp, vnni_test.cpp, …).
+static_assert(!XSIMD_WITH_AVX512BW || std::is_same_v<simd::DefaultArch, xsimd::avx512bw>);
 
 TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them") {
   if constexpr (simd::kHasAvx512bw<simd::DefaultArch>) {

@@ -55,7 +55,7 @@ TEST_CASE("seeded sampling is reproducible and follows the chain's distribution 
     REQUIRE(sa.probs[static_cast<std::size_t>(sa.token)] > 0.0f);
     ++counts[static_cast<std::size_t>(sa.token)];
   }
-  CHECK(test::chi_square_test(counts, pd).p_value > 1e-3);
+  CHECK(test::chi_square_test(counts, pd).p_value > test::kChiSquareAlpha);
 }
 
 TEST_CASE("sampling allocates nothing after construction; bad sizes throw") {

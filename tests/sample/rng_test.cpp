@@ -49,5 +49,5 @@ TEST_CASE("uniform() lies in [0, 1) and is uniform (chi-square over 32 bins, p >
     REQUIRE(u < 1.0);
     ++counts[static_cast<std::size_t>(u * 32)];
   }
-  CHECK(test::chi_square_test(counts, probs).p_value > 1e-3);
+  CHECK(test::chi_square_test(counts, probs).p_value > test::kChiSquareAlpha);
 }

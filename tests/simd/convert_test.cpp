@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -45,44 +46,48 @@ bool same_bits(T a, T b) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("to_float and load_as_float are bit-exact against Eigen's scalar conversion", T, float, f16, bf16) {
+TEST_CASE_TEMPLATE("to_float and load_as_float are bit-exact against Eigen's scalar conversion on every arch", T, float, f16, bf16) {
   auto values = special_values();
   values.push_back(std::numeric_limits<float>::quiet_NaN());
   std::vector<T> src(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) src[i] = static_cast<T>(values[i]);  // the reference rounding
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
-                              std::size_t{33}, values.size()}) {
-    CAPTURE(n);
-    std::vector<float> dst(n + 1, 123.0f);
-    simd::to_float<T>(src.data(), dst.data(), n);
-    for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(dst[i], static_cast<float>(src[i])));
-    CHECK(dst[n] == 123.0f);  // nothing written past n
-  }
-  constexpr std::size_t W = simd::kFloatLanes<>;
-  for (std::size_t off = 0; off + W <= src.size(); off += W - 1) {  // unaligned starts too
-    alignas(64) float got[W];
-    simd::load_as_float<simd::DefaultArch>(src.data() + off).store_aligned(got);
-    for (std::size_t i = 0; i < W; ++i) REQUIRE(same_bits(got[i], static_cast<float>(src[off + i])));
-  }
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17},
+                                std::size_t{33}, values.size()}) {
+      CAPTURE(n);
+      std::vector<float> dst(n + 1, 123.0f);
+      simd::to_float<T, Arch>(src.data(), dst.data(), n);
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(same_bits(dst[i], static_cast<float>(src[i])));
+      CHECK(dst[n] == 123.0f);  // nothing written past n
+    }
+    constexpr std::size_t W = simd::kFloatLanes<Arch>;
+    for (std::size_t off = 0; off + W <= src.size(); off += W - 1) {  // unaligned starts too
+      alignas(64) float got[W];
+      simd::load_as_float<Arch>(src.data() + off).store_aligned(got);
+      for (std::size_t i = 0; i < W; ++i) REQUIRE(same_bits(got[i], static_cast<float>(src[off + i])));
+    }
+  });
 }
 
-TEST_CASE_TEMPLATE("from_float rounds to nearest even exactly as Eigen does (tails, specials)", T, float, f16, bf16) {
+TEST_CASE_TEMPLATE("from_float rounds to nearest even exactly as Eigen does (tails, specials) on every arch", T, float, f16, bf16) {
   const auto values = special_values();
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{16}, std::size_t{31}, values.size()}) {
-    CAPTURE(n);
-    std::vector<T> dst(n + 1, static_cast<T>(7.0f));
-    simd::from_float<T>(values.data(), dst.data(), n);
-    for (std::size_t i = 0; i < n; ++i) {
-      CAPTURE(values[i]);
-      REQUIRE(same_bits(dst[i], static_cast<T>(values[i])));
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{16}, std::size_t{31}, values.size()}) {
+      CAPTURE(n);
+      std::vector<T> dst(n + 1, static_cast<T>(7.0f));
+      simd::from_float<T, Arch>(values.data(), dst.data(), n);
+      for (std::size_t i = 0; i < n; ++i) {
+        CAPTURE(values[i]);
+        REQUIRE(same_bits(dst[i], static_cast<T>(values[i])));
+      }
+      CHECK(static_cast<float>(dst[n]) == 7.0f);
     }
-    CHECK(static_cast<float>(dst[n]) == 7.0f);
-  }
-  // NaN stays NaN
-  const std::vector<float> nan(3, std::numeric_limits<float>::quiet_NaN());
-  std::vector<T> out(3);
-  simd::from_float<T>(nan.data(), out.data(), nan.size());
-  for (const T o : out) CHECK(std::isnan(static_cast<float>(o)));
+    // NaN stays NaN
+    const std::vector<float> nan(3, std::numeric_limits<float>::quiet_NaN());
+    std::vector<T> out(3);
+    simd::from_float<T, Arch>(nan.data(), out.data(), nan.size());
+    for (const T o : out) CHECK(std::isnan(static_cast<float>(o)));
+  });
 }
 
 TEST_CASE("round trip fp32 -> fp16 / bf16 -> fp32 loses at most half an ulp of the format") {

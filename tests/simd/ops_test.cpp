@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -14,9 +15,10 @@ namespace {
 
 constexpr double kOpsRelTol = 1e-5;  // fp32 vector op vs double scalar loop (summation order)
 
-// Lengths around every vector boundary: empty, below one batch, 1..4 batches ± 1, long.
+// Lengths around every vector boundary of Arch: empty, below one batch, 1..4 batches ± 1, long.
+template <class Arch>
 std::vector<std::size_t> lengths() {
-  constexpr std::size_t W = simd::kFloatLanes<>;
+  constexpr std::size_t W = simd::kFloatLanes<Arch>;
   return {0, 1, 2, W - 1, W, W + 1, 2 * W + 3, 4 * W - 1, 4 * W, 4 * W + 1, 5 * W + 7, 1000, 4099};
 }
 
@@ -29,68 +31,76 @@ std::vector<T> as(const std::vector<float>& x) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("dot equals the scalar reference for fp32 / fp16 / bf16 operands, with tails", T, float, f16, bf16) {
-  for (const std::size_t n : lengths()) {
-    CAPTURE(n);
-    const auto a = test::random_vector(n, 1);
-    const auto b = as<T>(test::random_vector(n, 2));
-    double ref = 0, mag = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      ref += double(a[i]) * double(static_cast<float>(b[i]));
-      mag += std::abs(double(a[i]) * double(static_cast<float>(b[i])));
+TEST_CASE_TEMPLATE("dot equals the scalar reference for fp32 / fp16 / bf16 operands, with tails, on every arch", T, float, f16, bf16) {
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : lengths<Arch>()) {
+      CAPTURE(n);
+      const auto a = test::random_vector(n, 1);
+      const auto b = as<T>(test::random_vector(n, 2));
+      double ref = 0, mag = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        ref += double(a[i]) * double(static_cast<float>(b[i]));
+        mag += std::abs(double(a[i]) * double(static_cast<float>(b[i])));
+      }
+      CHECK(std::abs(double(simd::dot<T, Arch>(a.data(), b.data(), n)) - ref) <= kOpsRelTol * (mag + test::kTiny));
     }
-    CHECK(std::abs(double(simd::dot<T>(a.data(), b.data(), n)) - ref) <= kOpsRelTol * (mag + 1e-30));
-  }
+  });
 }
 
-TEST_CASE_TEMPLATE("axpy equals the scalar reference, and leaves elements past n alone", T, float, f16, bf16) {
-  for (const std::size_t n : lengths()) {
-    CAPTURE(n);
-    const auto x = as<T>(test::random_vector(n, 3));
-    auto y = test::random_vector(n + 3, 4);
-    const auto y0 = y;
-    simd::axpy<T>(0.75f, x.data(), y.data(), n);
-    for (std::size_t i = 0; i < n; ++i)
-      REQUIRE(y[i] == doctest::Approx(y0[i] + 0.75 * double(static_cast<float>(x[i]))).epsilon(kOpsRelTol));
-    for (std::size_t i = n; i < n + 3; ++i) REQUIRE(y[i] == y0[i]);
-  }
-}
-
-TEST_CASE("scale and max equal the scalar loop, with tails") {
-  for (const std::size_t n : lengths()) {
-    CAPTURE(n);
-    auto y = test::random_vector(n + 2, 5, -50.f, 50.f);
-    const auto y0 = y;
-    float m = -std::numeric_limits<float>::infinity();
-    for (std::size_t i = 0; i < n; ++i) m = std::max(m, y[i]);
-    CHECK(simd::max(y.data(), n) == m);  // exact: max does not round
-    simd::scale(-0.5f, y.data(), n);
-    for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == -0.5f * y0[i]);
-    CHECK(y[n] == y0[n]);
-  }
-  std::vector<float> one = {-3.0f};
-  CHECK(simd::max(one.data(), 1) == -3.0f);
-  CHECK(simd::max(one.data(), 0) == -std::numeric_limits<float>::infinity());
-}
-
-TEST_CASE("softmax equals the double reference, sums to one, returns the normaliser, survives large inputs") {
-  for (const std::size_t n : lengths()) {
-    if (n == 0) continue;
-    CAPTURE(n);
-    auto x = test::random_vector(n, 6, -30.f, 30.f);
-    x[n / 2] = 80.0f;  // exp(80) overflows fp32: the max subtraction must handle it
-    const auto x0 = x;
-    const float l = simd::softmax(x.data(), n);
-    double m = -INFINITY, sum = 0;
-    for (float v : x0) m = std::max(m, double(v));
-    for (float v : x0) sum += std::exp(double(v) - m);
-    CHECK(l == doctest::Approx(sum).epsilon(kOpsRelTol));
-    double total = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      REQUIRE(x[i] == doctest::Approx(std::exp(double(x0[i]) - m) / sum).epsilon(kOpsRelTol));
-      total += x[i];
+TEST_CASE_TEMPLATE("axpy equals the scalar reference, and leaves elements past n alone, on every arch", T, float, f16, bf16) {
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : lengths<Arch>()) {
+      CAPTURE(n);
+      const auto x = as<T>(test::random_vector(n, 3));
+      auto y = test::random_vector(n + 3, 4);
+      const auto y0 = y;
+      simd::axpy<T, Arch>(0.75f, x.data(), y.data(), n);
+      for (std::size_t i = 0; i < n; ++i)
+        REQUIRE(y[i] == doctest::Approx(y0[i] + 0.75 * double(static_cast<float>(x[i]))).epsilon(kOpsRelTol));
+      for (std::size_t i = n; i < n + 3; ++i) REQUIRE(y[i] == y0[i]);
     }
-    CHECK(total == doctest::Approx(1.0).epsilon(kOpsRelTol));
-  }
-  CHECK(simd::softmax(nullptr, 0) == 0.0f);
+  });
+}
+
+TEST_CASE("scale and max equal the scalar loop, with tails, on every arch") {
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : lengths<Arch>()) {
+      CAPTURE(n);
+      auto y = test::random_vector(n + 2, 5, -50.f, 50.f);
+      const auto y0 = y;
+      float m = -std::numeric_limits<float>::infinity();
+      for (std::size_t i = 0; i < n; ++i) m = std::max(m, y[i]);
+      CHECK(simd::max<Arch>(y.data(), n) == m);  // exact: max does not round
+      simd::scale<Arch>(-0.5f, y.data(), n);
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(y[i] == -0.5f * y0[i]);
+      CHECK(y[n] == y0[n]);
+    }
+    std::vector<float> one = {-3.0f};
+    CHECK(simd::max<Arch>(one.data(), 1) == -3.0f);
+    CHECK(simd::max<Arch>(one.data(), 0) == -std::numeric_limits<float>::infinity());
+  });
+}
+
+TEST_CASE("softmax equals the double reference, sums to one, returns the normaliser, survives large inputs, on every arch") {
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : lengths<Arch>()) {
+      if (n == 0) continue;
+      CAPTURE(n);
+      auto x = test::random_vector(n, 6, -30.f, 30.f);
+      x[n / 2] = 80.0f;  // exp(80) overflows fp32: the max subtraction must handle it
+      const auto x0 = x;
+      const float l = simd::softmax<Arch>(x.data(), n);
+      double m = -INFINITY, sum = 0;
+      for (float v : x0) m = std::max(m, double(v));
+      for (float v : x0) sum += std::exp(double(v) - m);
+      CHECK(l == doctest::Approx(sum).epsilon(kOpsRelTol));
+      double total = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        REQUIRE(x[i] == doctest::Approx(std::exp(double(x0[i]) - m) / sum).epsilon(kOpsRelTol));
+        total += x[i];
+      }
+      CHECK(total == doctest::Approx(1.0).epsilon(kOpsRelTol));
+    }
+    CHECK(simd::softmax<Arch>(nullptr, 0) == 0.0f);
+  });
 }

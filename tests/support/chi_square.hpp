@@ -10,6 +10,11 @@
 
 namespace barato::test {
 
+/// Significance level of the tests' goodness-of-fit checks: a correct sampler fails one with
+/// probability 10⁻³ (the seeds are fixed, so a passing test stays passing), while the biases the
+/// tests look for give p-values many orders of magnitude smaller.
+inline constexpr double kChiSquareAlpha = 1e-3;
+
 /// Regularized upper incomplete gamma Q(a, x) = 1 − P(a, x), a > 0, x ≥ 0.
 inline double gamma_q(double a, double x) {
   if (a <= 0 || x < 0) throw std::domain_error("gamma_q: a > 0 and x >= 0 required");

@@ -7,11 +7,9 @@
 #include <random>
 #include <vector>
 
-namespace barato::test {
+#include "support/tolerances.hpp"
 
-/// Named tolerances.
-inline constexpr double kFp32RelTol = 1e-5;   // fp32 kernels vs double reference (relative, vs max |ref|)
-inline constexpr double kFp32AbsTol = 1e-6;
+namespace barato::test {
 
 /// Windowed causal multi-head attention in double (StreamingLLM mask): the query at position p sees
 /// the positions j ≤ p with j < sinks or p − j < window. q [n_q_tok, Hq, d] at positions p0..,
@@ -69,7 +67,7 @@ inline std::vector<float> random_vector(std::size_t n, unsigned seed, float lo =
 
 /// max |a − b| / max(max |b|, tiny).
 inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 1e-30;
+  double num = 0, den = kTiny;
   for (std::size_t i = 0; i < a.size(); ++i) {
     num = std::max(num, std::abs(double(a[i]) - double(b[i])));
     den = std::max(den, std::abs(double(b[i])));

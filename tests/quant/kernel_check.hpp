@@ -1,0 +1,111 @@
+#pragma once
+// Checks of one quant::RowKernel against the scalar reference (tests/quant/reference.hpp), shared by
+// gemv_test and the per-kernel tests (row_kernel, avx512, vnni, vnni_lut16): a kernel's dot of a row
+// must equal the double product of the dequantized row within fp32 summation noise plus, for the
+// fixed-point kernels, the bound of their roundings stated in quant/vnni.hpp and quant/vnni_lut16.hpp.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "barato/quant/fixed_point.hpp"
+#include "barato/quant/quantized_matrix.hpp"
+#include "quant/reference.hpp"
+#include "support/reference.hpp"
+
+namespace barato::test::quant_ref {
+
+/// Relative slack on the fixed-point half step sx/2: sx = max|x| / 16383 is itself computed in fp32.
+inline constexpr double kFixedStepSlack = 1e-6;
+
+/// Per row of Ŵ [rows, cols], the error kernel K may add to Σ_c Ŵ_rc x_c beyond fp32 summation noise:
+/// 0 for the fp32 kernels; for the fixed-point kernels (K::kName "avx512-vnni" / "avx512-vnni-lut16")
+/// the rounding of x to 15-bit fixed point per 128-column block (≤ sx_b / 2 per element, times |Ŵ_rc|)
+/// and, for the table kernel, the rounding of the levels to 16-bit fixed point (≤ scale / (2·kLevelScale)
+/// per weight, times |x_c| + sx_b / 2). Columns past the last full block are exact fp32.
+template <class K, class F>
+std::vector<double> fixed_point_bound(const quant::QuantizedMatrix<F>& m, const std::vector<float>& w_hat, const float* x) {
+  const std::size_t rows = m.rows(), cols = m.cols();
+  std::vector<double> bound(rows, 0.0);
+  const std::string_view kernel = K::kName;
+  if (kernel != "avx512-vnni" && kernel != "avx512-vnni-lut16") return bound;
+  double level_half_step = 0.0;  // per unit of scale
+  if constexpr (requires { K::kLevelScale; }) level_half_step = 0.5 / double(K::kLevelScale);
+  constexpr std::size_t B = quant::kFixedPointBlock;
+  for (std::size_t b = 0; b + B <= cols; b += B) {
+    double xmax = 0;
+    for (std::size_t c = b; c < b + B; ++c) xmax = std::max(xmax, std::fabs(double(x[c])));
+    const double half_step = 0.5 * xmax / quant::kFixedPointMax * (1 + kFixedStepSlack);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = b; c < b + B; ++c)
+        bound[r] += std::fabs(double(w_hat[r * cols + c])) * half_step +
+                    double(m.view().scale(r, c)) * level_half_step * (std::fabs(double(x[c])) + half_step);
+  }
+  return bound;
+}
+
+/// A rows × cols matrix of format F for kernel tests: N(0, 0.05) weights with one outlier of 1.0 (so
+/// scales differ between groups and rows).
+template <class F>
+quant::QuantizedMatrix<F> test_matrix(std::size_t rows, std::size_t cols, unsigned seed) {
+  auto w = normal_vector(rows * cols, seed, 0.05f);
+  w[std::min(cols + 3, w.size() - 1)] = 1.0f;
+  return quant::QuantizedMatrix<F>(rows, cols, w);
+}
+
+/// K::prepare(x) then K::dot for every row of `m`, against the double product of the dequantized
+/// matrix: |dot − Ŵx| ≤ kKernelRelTol · Σ|Ŵ_rc x_c| + (with_fixed_point ? fixed_point_bound : 0).
+template <class K, class F>
+void check_dots(const quant::QuantizedMatrix<F>& m, const std::vector<float>& x, bool with_fixed_point = true) {
+  const std::size_t rows = m.rows(), cols = m.cols();
+  CAPTURE(rows);
+  CAPTURE(cols);
+  const std::string_view kernel = K::kName;
+  CAPTURE(kernel);
+  std::vector<float> w_hat(rows * cols);
+  m.dequantize(w_hat);
+  const auto expect = matvec(w_hat, rows, cols, x.data());
+  const auto scale = abs_matvec(w_hat, rows, cols, x.data());
+  auto bound = fixed_point_bound<K>(m, w_hat, x.data());
+  if (!with_fixed_point) std::fill(bound.begin(), bound.end(), 0.0);
+  auto act = std::make_unique<typename K::Activation>();  // the VNNI activations are ~33 KiB
+  K::prepare(x.data(), cols, *act);
+  for (std::size_t r = 0; r < rows; ++r) {
+    CAPTURE(r);
+    const double got = K::dot(m.view(), r, *act);
+    REQUIRE(std::fabs(got - expect[r]) <= kKernelRelTol * (scale[r] + kTiny) + bound[r]);
+  }
+}
+
+/// check_dots over the shapes that reach every branch of a row kernel: full 128-column blocks, a
+/// ragged tail (stories260K's w2 width), a width with no full block, and a width with one block plus
+/// a 64 + 16 + 5 column tail; x uniform in [−2, 2).
+template <class K, class F>
+void check_row_kernel_shapes(unsigned seed) {
+  for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{40, 512}, {17, 172}, {5, 61}, {9, 213}}) {
+    const auto m = test_matrix<F>(rows, cols, seed);
+    check_dots<K>(m, random_vector(cols, seed + 1, -2.0f, 2.0f));
+    ++seed;
+  }
+}
+
+/// x on the fixed-point grid of every 128-column block (x_c = q_c · 2⁻¹⁰ with integer |q_c| ≤ 16383,
+/// the extremes present in each block): the fixed-point kernels round nothing, so only fp32
+/// summation noise separates their result from the exact product.
+inline std::vector<float> fixed_point_grid_vector(std::size_t cols, unsigned seed) {
+  auto x = random_vector(cols, seed, -1.0f, 1.0f);
+  for (std::size_t c = 0; c < cols; ++c) x[c] = std::nearbyint(x[c] * float(quant::kFixedPointMax)) / 1024.0f;
+  for (std::size_t b = 0; b + quant::kFixedPointBlock <= cols; b += quant::kFixedPointBlock) {
+    x[b] = float(quant::kFixedPointMax) / 1024.0f;
+    x[b + 1] = -float(quant::kFixedPointMax) / 1024.0f;
+  }
+  return x;
+}
+
+}  // namespace barato::test::quant_ref
