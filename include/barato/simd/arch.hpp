@@ -30,6 +30,22 @@ inline constexpr bool kHasAvx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
 template <class Arch>
 inline constexpr bool kHasAvx512bw = std::is_base_of_v<xsimd::avx512bw, Arch>;
 
+/// The 8-lane arch a 16-lane AVX-512 kernel may switch to for rows whose length is an odd multiple
+/// of 8 (AVX2 when it is enabled), or void when `Arch` has none.
+template <class Arch>
+struct HalfWidth {
+  using type = void;
+};
+#if XSIMD_WITH_AVX2
+template <class Arch>
+  requires(kHasAvx512<Arch> && Batch<float, Arch>::size == 16)
+struct HalfWidth<Arch> {
+  using type = xsimd::avx2;
+};
+#endif
+template <class Arch>
+using HalfWidthArch = typename HalfWidth<Arch>::type;
+
 /// Horizontal sum of a batch (xsimd 8: `hadd`; newer: `reduce_add`).
 template <class T, class Arch>
 [[nodiscard]] inline T reduce_add(const Batch<T, Arch>& b) noexcept {
