@@ -128,14 +128,9 @@ void accumulate_fixed_dim(const QueryGroup& qg, const Rows& rows, std::size_t r0
         ov[c] = B::load_unaligned(oh + c * W);
         ov2[c] = B(0.0f);
       }
-      if (cmax > sh.m) {
-        if (sh.l != 0.0f) {
-          const float alpha = std::exp(sh.m - cmax);
-          sh.l *= alpha;
-          for (std::size_t c = 0; c < C; ++c) ov[c] = ov[c] * B(alpha);
-        }
-        sh.m = cmax;
-      }
+      sh.raise_max(cmax, [&](float alpha) {
+        for (std::size_t c = 0; c < C; ++c) ov[c] = ov[c] * B(alpha);
+      });
 
       // 3. probabilities of the chunk.
       const std::size_t nr_up = (nr + W - 1) / W * W;

@@ -80,14 +80,7 @@ void accumulate_rows(const QueryGroup& qg, const Rows& rows, std::size_t r0, std
       if (tmax == kNegInf) continue;  // nothing visible (only with -inf scores)
 
       // Rescale the running state once per tile.
-      if (tmax > sh.m) {
-        if (sh.l != 0.0f) {
-          const float alpha = std::exp(sh.m - tmax);
-          sh.l *= alpha;
-          simd::scale<Arch>(alpha, oh, d);
-        }
-        sh.m = tmax;
-      }
+      sh.raise_max(tmax, [oh, d](float alpha) { simd::scale<Arch>(alpha, oh, d); });
       const B pb = xsimd::exp(B::load_aligned(s) - B(sh.m));
       pb.store_aligned(p);
       sh.l += simd::reduce_add<float, Arch>(pb);

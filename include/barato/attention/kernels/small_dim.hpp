@@ -158,14 +158,7 @@ void accumulate_small_dim_avx512(const QueryGroup& qg, const kv::DenseBlock<T>& 
         if (tmax == kNegInf) return;  // nothing visible (only with -inf scores)
 
         // 2. rescale the running state if the tile raised the max.
-        if (tmax > sh.m) {
-          if (sh.l != 0.0f) {
-            const float alpha = std::exp(sh.m - tmax);
-            sh.l *= alpha;
-            ov = _mm512_mul_ps(ov, _mm512_set1_ps(alpha));
-          }
-          sh.m = tmax;
-        }
+        sh.raise_max(tmax, [&](float alpha) { ov = _mm512_mul_ps(ov, _mm512_set1_ps(alpha)); });
 
         // 3. probabilities of the tile.
         const __m512 p = xsimd::exp(B(sc) - B(sh.m));
