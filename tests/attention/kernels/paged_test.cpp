@@ -150,3 +150,42 @@ TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned 
   });
   CHECK(calls == 1);
 }
+
+TEST_CASE("page stretches: cover [r0, r1) in order, start on chunk boundaries, and split for the prefetch") {
+  // pages of B = 16 rows, d = 4 (stride 4) stored back to back; logical → physical table with runs
+  // of consecutive pages (0-9, 20-21, 5 alone, 30-41) so that both kinds of stretch and long runs occur
+  constexpr std::size_t B = 16, stride = 4, R = 32;  // R: the kernel's chunk
+  std::vector<std::uint32_t> table;
+  for (std::uint32_t p = 0; p < 10; ++p) table.push_back(p);
+  table.push_back(20);
+  table.push_back(21);
+  table.push_back(50);
+  for (std::uint32_t p = 30; p < 42; ++p) table.push_back(p);
+  std::vector<float> k(64 * B * stride), v(64 * B * stride);
+  const std::size_t n = table.size() * B - 3;
+  const kv::PagedBlock<float> blk{.k = k.data(), .v = v.data(), .table = table.data(), .page_rows = B,
+                                  .page_stride = B * stride, .n = n, .stride = stride, .pos0 = 0};
+  for (const std::size_t r0 : {std::size_t{0}, std::size_t{48}})
+    for (const std::size_t r1 : {n, std::size_t{300}}) {
+      CAPTURE(r0);
+      CAPTURE(r1);
+      std::size_t at = r0, contiguous = 0, scattered = 0, prefetches = 0;
+      for (const attention::detail::PageStretch& s : attention::detail::PageStretches<float, R>(blk, r0, r1)) {
+        CHECK(s.begin == at);                    // in order, no gap
+        CHECK(s.end > s.begin);
+        CHECK((s.begin - r0) % R == 0);          // the bitwise rule: calls start on chunk boundaries
+        CHECK((s.end == r1 || (s.end - r0) % R == 0));
+        CHECK(s.contiguous == blk.consecutive(s.begin, s.end - s.begin));
+        if (!s.contiguous)  // scattered: no chunk of it is contiguous by itself
+          for (std::size_t c = s.begin; c < s.end; c += R) CHECK_FALSE(blk.consecutive(c, std::min(R, s.end - c)));
+        CHECK((!s.prefetch_end || (s.contiguous && s.end < r1 && s.end - s.begin <= attention::detail::kPagePrefetchRows)));
+        (s.contiguous ? contiguous : scattered) += 1;
+        prefetches += s.prefetch_end ? 1 : 0;
+        at = s.end;
+      }
+      CHECK(at == r1);  // covered
+      CHECK(contiguous > 0);
+      CHECK(scattered > 0);
+      CHECK(prefetches > 0);
+    }
+}
