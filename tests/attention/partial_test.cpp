@@ -154,3 +154,28 @@ TEST_CASE("span merge rejects different sizes") {
   attention::merge(std::span<float>(a), sa, std::span<const float>(c), sb);
   CHECK(a == c);
 }
+
+TEST_CASE("raise_max: rescales l and o only when the max rises and the state is not empty") {
+  int calls = 0;
+  float seen = 0.0f;
+  auto scale_o = [&](float alpha) {
+    ++calls;
+    seen = alpha;
+  };
+  attention::PartialStats st;  // empty: the max moves, nothing is scaled
+  st.raise_max(2.0f, scale_o);
+  CHECK(st.m == 2.0f);
+  CHECK(st.l == 0.0f);
+  CHECK(calls == 0);
+  st.l = 3.0f;
+  st.raise_max(1.0f, scale_o);  // lower: unchanged
+  st.raise_max(2.0f, scale_o);  // equal: unchanged
+  CHECK(st.m == 2.0f);
+  CHECK(st.l == 3.0f);
+  CHECK(calls == 0);
+  st.raise_max(5.0f, scale_o);  // higher: l and o times e^{2 − 5}
+  CHECK(calls == 1);
+  CHECK(seen == std::exp(2.0f - 5.0f));
+  CHECK(st.l == 3.0f * std::exp(2.0f - 5.0f));
+  CHECK(st.m == 5.0f);
+}

@@ -3,148 +3,48 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
-#include <span>
+#include <cstdint>
 #include <vector>
-
-#include "barato/attention/attend.hpp"
-#include "barato/attention/split_k.hpp"
-#include "barato/kv/contiguous.hpp"
-#include "barato/kv/paged.hpp"
-#include "support/reference.hpp"
 
 using namespace barato;
 
-namespace {
+// The view's layout facts over a hand-made page table: pages of B = 4 rows of stride 3 (head_dim ≤ 3),
+// physical pages one page (12 elements) apart; logical pages 0-1 are physical 5-6 (consecutive),
+// page 2 is physical 2 and page 3 physical 3.
+TEST_CASE("paged block view: offset, consecutive, pages and page(i) follow the page table") {
+  constexpr std::size_t B = 4, stride = 3, n = 14;
+  const std::vector<std::uint32_t> table = {5, 6, 2, 3};
+  std::vector<float> k(8 * B * stride), v(8 * B * stride);
+  const kv::PagedBlock<float> blk{.k = k.data(), .v = v.data(), .table = table.data(), .page_rows = B,
+                                  .page_stride = B * stride, .n = n, .stride = stride, .pos0 = 100};
+  CHECK(blk.pages() == 4);
+  for (std::size_t r = 0; r < n; ++r) CHECK(blk.offset(r) == table[r / B] * B * stride + (r % B) * stride);
+  CHECK(blk.consecutive(0, 8));        // pages 0, 1 = physical 5, 6
+  CHECK(blk.consecutive(5, 3));        // inside the run
+  CHECK_FALSE(blk.consecutive(6, 3));  // rows 6-8: page 1 → page 2 jumps back
+  CHECK(blk.consecutive(8, 6));        // pages 2, 3 = physical 2, 3
+  CHECK(blk.consecutive(9, 1));        // one row is always at one stride
+  const kv::DenseBlock<float> last = blk.page(3);
+  CHECK(last.k == k.data() + 3 * B * stride);
+  CHECK(last.v == v.data() + 3 * B * stride);
+  CHECK(last.n == n - 3 * B);
+  CHECK(last.stride == stride);
+  CHECK(last.pos0 == 100 + 3 * B);
 
-// Attention over pages that hold whole W-row tiles (or whole 8-row halves of 16-row tiles) runs one
-// kernel call that folds the same rows in the same chunks as over one contiguous block, so it is
-// bitwise equal; other page sizes fold page by page (the online-softmax rescale happens at other rows)
-// and agree to fp32 rounding.
-constexpr double kPageByPageRelTol = 1e-5;
-
-/// Attention (prefill of the last `prompt` positions, decode, split-K decode) over layer 1 of a paged
-/// pool vs over a contiguous cache holding the same rows. A second sequence is appended in between,
-/// so the pages of the sequence under test come in runs of consecutive blocks no longer than about
-/// `extent` (1: every page scattered), and the kernel mixes contiguous and page-table chunks; with
-/// `alone`, no second sequence: every page follows the one before.
-void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std::size_t extent, bool alone = false) {
-  CAPTURE(d);
-  CAPTURE(B);
-  CAPTURE(n);
-  CAPTURE(extent);
-  CAPTURE(alone);
-  constexpr std::size_t H = 2, Hq = 6, prompt = 70;
-  const attention::Heads heads{.n_q = Hq, .n_kv = H, .head_dim = d};
-  kv::PagedPool<float> pool({.n_layers = 2, .n_kv_heads = H, .head_dim = d, .block_tokens = B,
-                             .n_blocks = 2 * ((n + B - 1) / B), .extent_blocks = extent});
-  const kv::SeqId a = pool.add_sequence(), other = pool.add_sequence();
-  kv::Contiguous<float> ref(H, d, n);
-  const auto k = test::random_vector(n * H * d, 41), v = test::random_vector(n * H * d, 42);
-  const std::size_t row = H * d;
-  for (std::size_t p = 0; p < n; p += B) {
-    const std::size_t m = std::min(B, n - p);
-    const std::span<const float> kk(k.data() + p * row, m * row), vv(v.data() + p * row, m * row);
-    for (std::size_t l = 0; l < 2; ++l) {
-      if (!alone) pool.append(other, l, vv, kk);
-      pool.append(a, l, kk, vv);
-    }
-    ref.append(kk, vv);
-  }
-  const auto table = pool.block_table(a);
-  std::size_t longest = 1;  // longest run of consecutive blocks
-  for (std::size_t i = 1, run = 1; i < table.size(); ++i) {
-    run = table[i] == table[i - 1] + 1 ? run + 1 : 1;
-    longest = std::max(longest, run);
-  }
-  if (alone) CHECK(longest == table.size());
-  if (extent == 1 && !alone) CHECK(longest == 1);
-  if (extent > 1 && table.size() >= 2 * extent) CHECK(longest >= extent);  // whole extents fit
-  const auto view = pool.view(a, 1);
-  // one kernel call across pages (bitwise equal) when pages hold whole tiles, or whole 8-row runs
-  // of a 16-lane tile
-  const bool exact = B % simd::kFloatLanes<> == 0 || (simd::kFloatLanes<> % 16 == 0 && B % 8 == 0);
-
-  auto same = [&](const std::vector<float>& got, const std::vector<float>& want) {
-    if (exact) {
-      CHECK(got == want);
-    } else {
-      CHECK(test::max_rel_diff(got, want) <= kPageByPageRelTol);
-    }
-  };
-  {  // prefill: 64-row tiles inside the block, causal ends anywhere
-    const auto q = test::random_vector(prompt * heads.q_dim(), 43, -2.f, 2.f);
-    std::vector<float> got(q.size()), want(q.size());
-    attention::attend(q, view, heads, got);  // the newest `prompt` positions
-    attention::attend(q, ref, heads, want);
-    same(got, want);
-  }
-  const auto q = test::random_vector(heads.q_dim(), 44, -2.f, 2.f);
-  {
-    std::vector<float> got(q.size()), want(q.size());
-    attention::decode(q, view, heads, got);
-    attention::decode(q, ref, heads, want);
-    same(got, want);
-  }
-  {  // split-K: ranges start at multiples of 16 rows, anywhere relative to the pages
-    attention::SplitKWorkspace ws(heads, 3);
-    std::vector<float> got(q.size()), want(q.size());
-    attention::decode_split_k(q, view, heads, got, ws);
-    attention::decode_split_k(q, ref, heads, want, ws);
-    same(got, want);
-  }
+  // pages padded apart (page stride larger than one page): consecutive() answers for stored-back-to-back
+  // pages only, so it is false everywhere (the kernel then reads through the page table)
+  kv::PagedBlock<float> padded = blk;
+  padded.page_stride = B * stride + 1;
+  CHECK_FALSE(padded.consecutive(0, 8));
+  CHECK_FALSE(padded.consecutive(0, 4));
+  CHECK(padded.offset(5) == 6 * (B * stride + 1) + stride);
 }
 
-}  // namespace
-
-TEST_CASE("paged block: attention across pages equals attention over a contiguous copy (d = 64 / 128)") {
-  for (const std::size_t d : {64, 128})
-    for (const std::size_t B : {16, 32, 8, 24, 12})
-      for (const std::size_t n : {70, 200})
-        for (const std::size_t extent : {1, 3, 8, 16}) {
-          check_paged_vs_contiguous(d, B, n, extent);
-          if (extent == 1) check_paged_vs_contiguous(d, B, n, 0, /*alone=*/true);
-        }
-  check_paged_vs_contiguous(40, 16, 150, 1);  // no fixed-dimension kernel: page by page, bitwise too
-  check_paged_vs_contiguous(40, 16, 150, 8);
-}
-
-TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned range") {
-  constexpr std::size_t d = 64, B = 16, n = 53;
-  kv::PagedPool<float> pool({.n_layers = 1, .n_kv_heads = 1, .head_dim = d, .block_tokens = B, .n_blocks = 8});
-  const kv::SeqId s = pool.add_sequence(), t = pool.add_sequence();
-  const auto k = test::random_vector(n * d, 51), v = test::random_vector(n * d, 52);
-  for (std::size_t p = 0; p < n; p += B) {
-    const std::size_t m = std::min(B, n - p);
-    pool.append(t, 0, std::span<const float>(k).subspan(p * d, m * d), std::span<const float>(v).subspan(p * d, m * d));
-    pool.append(s, 0, std::span<const float>(k).subspan(p * d, m * d), std::span<const float>(v).subspan(p * d, m * d));
-  }
-  std::size_t calls = 0;
-  pool.view(s, 0).for_each_block(0, [&](const kv::PagedBlock<float>& b) {
-    ++calls;
-    REQUIRE(b.pages() == 4);
-    CHECK(b.page(3).n == n - 3 * B);
-    CHECK(b.page(2).k == pool.key(s, 0, 0, 2 * B).data());
-    // rows [5, 50): r0 not a multiple of W, so the fold goes page by page; compare with a dense block
-    const kv::Contiguous<float> ref = [&] {
-      kv::Contiguous<float> c(1, d, n);
-      c.append(k, v);
-      return c;
-    }();
-    const auto q = test::random_vector(2 * d, 53, -2.f, 2.f);
-    std::vector<float> o1(2 * d, 0.0f), o2(2 * d, 0.0f);
-    std::vector<attention::PartialStats> s1(2), s2(2);
-    kv::accumulate(q.data(), 2, d, 0.125f, b, 5, 50, o1.data(), s1.data());
-    ref.for_each_block(0, [&](const kv::DenseBlock<float>& dense) {
-      for (std::size_t i = 0; i < 4; ++i) {  // the same page-wise ranges through the dense kernel
-        const std::size_t lo = std::max<std::size_t>(5, i * B), hi = std::min<std::size_t>(50, (i + 1) * B);
-        if (lo < hi) attention::accumulate(q.data(), 2, d, 0.125f, dense, lo, hi, o2.data(), s2.data());
-      }
-    });
-    CHECK(o1 == o2);
-    for (std::size_t h = 0; h < 2; ++h) {
-      CHECK(s1[h].m == s2[h].m);
-      CHECK(s1[h].l == s2[h].l);
-    }
-  });
-  CHECK(calls == 1);
+TEST_CASE("pages_follow: each page in (p0, p1] is the physical page after the one before") {
+  const std::vector<std::uint32_t> table = {7, 8, 9, 3, 4, 4};
+  CHECK(kv::detail::pages_follow(table.data(), 0, 2));
+  CHECK(kv::detail::pages_follow(table.data(), 1, 1));
+  CHECK_FALSE(kv::detail::pages_follow(table.data(), 2, 3));
+  CHECK(kv::detail::pages_follow(table.data(), 3, 4));
+  CHECK_FALSE(kv::detail::pages_follow(table.data(), 3, 5));
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "barato/attention/attend.hpp"
+#include "barato/attention/kernels/quantized.hpp"
 #include "barato/core/memory.hpp"
 #include "support/reference.hpp"
 
@@ -63,8 +64,8 @@ TEST_CASE("quantized formats: packing layout, codes match the scalar reference, 
       constexpr std::size_t W = simd::kFloatLanes<>;
       for (std::size_t c = 0; c + W <= d; c += W) {
         alignas(64) float a[W], b[W];
-        kv::load_codes<simd::DefaultArch, kv::Int8>(p8.data(), c).store_aligned(a);
-        kv::load_codes<simd::DefaultArch, kv::Int4>(p4.data(), c).store_aligned(b);
+        attention::detail::load_codes<simd::DefaultArch, kv::Int8>(p8.data(), c).store_aligned(a);
+        attention::detail::load_codes<simd::DefaultArch, kv::Int4>(p4.data(), c).store_aligned(b);
         for (std::size_t i = 0; i < W; ++i) {
           CHECK(a[i] == float(kv::Int8::code(p8.data(), c + i)));
           CHECK(b[i] == float(kv::Int4::code(p4.data(), c + i)));

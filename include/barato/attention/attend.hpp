@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "barato/attention/heads.hpp"
-#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/kernels/accumulate.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/parallel.hpp"
@@ -109,14 +109,13 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
             const std::size_t pos = p0 + t;
             if (pos < blk.pos0 + a) continue;  // the whole tile is in this query's future
             const std::size_t end = std::min(b, pos - blk.pos0 + 1);
-            float* o = out.data() + t * row + col;
-            PartialStats* st = stats.data() + t * heads.n_q + h * g;
+            const QueryGroup qg{.q = q.data() + t * row + col, .g = g, .d = d, .scale = scale,
+                                .o = out.data() + t * row + col, .st = stats.data() + t * heads.n_q + h * g};
             if constexpr (kv::WindowedCache<Cache>) {  // clip from below: sinks + this query's last W positions
-              window.visible_rows(pos, blk.pos0, a, end, [&](std::size_t lo, std::size_t hi) {
-                accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, lo, hi, o, st);
-              });
+              window.visible_rows(pos, blk.pos0, a, end,
+                                  [&](std::size_t lo, std::size_t hi) { accumulate<Arch>(qg, blk, lo, hi); });
             } else {
-              accumulate<Arch>(q.data() + t * row + col, g, d, scale, blk, a, end, o, st);
+              accumulate<Arch>(qg, blk, a, end);
             }
           }
         }

@@ -7,7 +7,7 @@
 ///   o = Vᵀ·p             (GEMV, [d])
 /// It computes what `attention::decode` computes for one head, reading K and V once each but with
 /// a 1×n score row in memory between the passes. `bench_attention` uses it as the baseline the
-/// fused one-pass kernel (attention/online_softmax.hpp) must beat.
+/// fused one-pass kernels (attention/kernels/) must beat.
 
 #include <Eigen/Core>
 #include <cmath>

@@ -24,6 +24,23 @@ struct PartialStats {
   float l = 0.0f;                                     ///< Σ exp(s − m)
   /// True when no key has been folded in yet.
   [[nodiscard]] bool empty() const noexcept { return l == 0.0f; }
+  /// The online-softmax rescale, written once for every kernel and for `merge`: when `m_new` exceeds
+  /// the running max, the state moves to it — l and the caller's un-normalised output o (through
+  /// `scale_o(alpha)`: o lives in a caller buffer or in registers) are multiplied by
+  /// alpha = e^{m − m_new}, skipped while the state is empty (l = 0, o = 0) — and m becomes m_new.
+  /// Otherwise nothing changes. Always inlined: it sits inside the kernels' per-tile loops, whose
+  /// code GCC 12 otherwise lays out differently.
+  template <class ScaleO>
+  [[gnu::always_inline]] void raise_max(float m_new, ScaleO&& scale_o) noexcept {
+    if (m_new > m) {
+      if (l != 0.0f) {
+        const float alpha = std::exp(m - m_new);
+        l *= alpha;
+        scale_o(alpha);
+      }
+      m = m_new;
+    }
+  }
 };
 
 /// Folds state b into state a (o vectors of `d` floats). Either side may be empty.
@@ -34,13 +51,10 @@ inline void merge(float* o_a, PartialStats& a, const float* o_b, const PartialSt
     a = b;
     return;
   }
-  const float m = a.m > b.m ? a.m : b.m;
-  const float wa = std::exp(a.m - m);
-  const float wb = std::exp(b.m - m);
-  simd::scale(wa, o_a, d);
+  a.raise_max(b.m, [&](float alpha) { simd::scale(alpha, o_a, d); });  // a.m = max(a.m, b.m)
+  const float wb = std::exp(b.m - a.m);
   simd::axpy(wb, o_b, o_a, d);
-  a.l = a.l * wa + b.l * wb;
-  a.m = m;
+  a.l += b.l * wb;
 }
 
 /// Span version of `merge`; throws `shape_error` when the spans differ in size.

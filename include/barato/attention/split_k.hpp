@@ -18,7 +18,7 @@
 #include <span>
 
 #include "barato/attention/heads.hpp"
-#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/kernels/accumulate.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
@@ -114,6 +114,7 @@ void decode_split_k(std::span<const float> q, const Cache& cache, const Heads& h
       std::fill(o, o + g * d, 0.0f);
       std::fill(st, st + g, PartialStats{});
       if (lo == hi) continue;
+      const QueryGroup qg{.q = q.data() + h * g * d, .g = g, .d = d, .scale = scale, .o = o, .st = st};
       cache.for_each_block(h, [&](const auto& blk) {
         const std::size_t a = std::max(lo, blk.pos0);
         const std::size_t b = std::min(hi, blk.pos0 + blk.n);
@@ -121,10 +122,10 @@ void decode_split_k(std::span<const float> q, const Cache& cache, const Heads& h
         if constexpr (kv::WindowedCache<Cache>) {  // the newest query's sinks + last W positions only
           cache.attention_window().visible_rows(n - 1, blk.pos0, a - blk.pos0, b - blk.pos0,
                                                  [&](std::size_t r0, std::size_t r1) {
-                                                   accumulate<Arch>(q.data() + h * g * d, g, d, scale, blk, r0, r1, o, st);
+                                                   accumulate<Arch>(qg, blk, r0, r1);
                                                  });
         } else {
-          accumulate<Arch>(q.data() + h * g * d, g, d, scale, blk, a - blk.pos0, b - blk.pos0, o, st);
+          accumulate<Arch>(qg, blk, a - blk.pos0, b - blk.pos0);
         }
       });
     }

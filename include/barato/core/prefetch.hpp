@@ -3,7 +3,8 @@
 /// `barato::prefetch_l2(p, bytes)`: asks the memory system to bring [p, p + bytes) into the L2 cache
 /// ahead of use (`prefetcht1` on x86), one request per 64-byte line. Used where data are read in a
 /// pattern the hardware prefetchers do not follow or not far enough: a paged KV cache's scattered
-/// pages (kv/paged_block.hpp) and the packed weight stream of a quantized mat-vec (quant/gemv.hpp).
+/// pages (attention/kernels/paged.hpp, quantized.hpp) and the packed weight stream of a quantized
+/// mat-vec (quant/gemv.hpp).
 ///
 /// Compilers treat a prefetch as free of side effects, so a loop of nothing but prefetches is
 /// "finite and without effect" and may be deleted (GCC 12 at -O2 does, for a run-time trip count);

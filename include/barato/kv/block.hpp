@@ -3,8 +3,13 @@
 /// `kv::DenseBlock<T>`: the view a KV cache hands to attention for one KV head — `n` consecutive
 /// positions starting at logical position `pos0`, keys and values as rows of `stride` elements
 /// (the first `head_dim` used). Contiguous caches yield one block per head, a sliding window at most
-/// two (plus sinks); paged caches yield their own `PagedBlock` (kv/paged_block.hpp). Other block types (quantized) come with their
-/// own `accumulate` overload, found by argument-dependent lookup.
+/// two (plus sinks); paged caches yield a `PagedBlock` (kv/paged_block.hpp), quantized caches a
+/// `QuantBlock` / `PagedQuantBlock` (kv/quant_block.hpp).
+///
+/// Block views are data and layout facts only; the kernels that fold them into the attention state
+/// live in attention/kernels/ (one `attention::accumulate` overload per view). A cache with a block
+/// type of its own brings its own `accumulate` overload in the block's namespace (found by
+/// argument-dependent lookup; attention/kernels/accumulate.hpp states the contract).
 
 #include <cstddef>
 
@@ -12,6 +17,7 @@
 
 namespace barato::kv {
 
+/// Rows [0, n) of one KV head at one stride (see the file comment).
 template <Element T>
 struct DenseBlock {
   using element_type = T;

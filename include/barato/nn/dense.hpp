@@ -76,32 +76,33 @@ inline void reduce_lanes(simd::Batch<float, Arch>* acc, std::size_t count, float
 }
 
 /// The last, partial SIMD chunk of a row: lanes [0, n) hold p[0..n) as floats, the other lanes 0
-/// (n < lanes). Reads exactly n elements: AVX-512 masked loads (fault-suppressing) for fp32 / fp16 /
-/// bf16, a copy through a small buffer elsewhere. Folding the tail into the lane accumulators keeps
-/// short rows (e.g. 172 columns = 10 chunks + 12) vectorised.
+/// (n < lanes). Reads exactly n elements: a copy through a small buffer (portable; AVX-512 masked
+/// loads for fp32 / fp16 / bf16 in the overload below). Folding the tail into the lane accumulators
+/// keeps short rows (e.g. 172 columns = 10 chunks + 12) vectorised.
 template <class Arch, Element T>
 [[nodiscard]] inline simd::Batch<float, Arch> load_tail(const T* p, std::size_t n) noexcept {
   using B = simd::Batch<float, Arch>;
-  constexpr std::size_t W = B::size;
+  alignas(64) float tmp[B::size] = {};
+  for (std::size_t i = 0; i < n; ++i) tmp[i] = static_cast<float>(p[i]);
+  return B::load_aligned(tmp);
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  if constexpr (simd::kHasAvx512bw<Arch> && W == 16) {
-    const auto mask = static_cast<__mmask16>((1u << n) - 1u);
-    if constexpr (std::is_same_v<T, float>) {
-      return _mm512_maskz_loadu_ps(mask, p);
-    } else if constexpr (std::is_same_v<T, f16>) {
-      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-    } else {
-      const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-    }
-  } else
-#endif
-  {
-    alignas(64) float tmp[W] = {};
-    for (std::size_t i = 0; i < n; ++i) tmp[i] = static_cast<float>(p[i]);
-    return B::load_aligned(tmp);
+/// `load_tail` on AVX-512 BW: masked (fault-suppressing) loads.
+template <class Arch, Element T>
+  requires(simd::kHasAvx512bw<Arch> && simd::Batch<float, Arch>::size == 16)
+[[nodiscard]] inline simd::Batch<float, Arch> load_tail(const T* p, std::size_t n) noexcept {
+  const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_maskz_loadu_ps(mask, p);
+  } else if constexpr (std::is_same_v<T, f16>) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+  } else {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
   }
 }
+#endif
 
 /// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, N vectors of x).
 /// One accumulator per (r, j): full chunks in k order, then the zero-padded tail chunk, finished by

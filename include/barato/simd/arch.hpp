@@ -30,29 +30,49 @@ inline constexpr bool kHasAvx512 = std::is_base_of_v<xsimd::avx512f, Arch>;
 template <class Arch>
 inline constexpr bool kHasAvx512bw = std::is_base_of_v<xsimd::avx512bw, Arch>;
 
+/// The 8-lane arch a 16-lane AVX-512 kernel may switch to for rows whose length is an odd multiple
+/// of 8 (AVX2 when it is enabled), or void when `Arch` has none.
+template <class Arch>
+struct HalfWidth {
+  using type = void;
+};
+#if XSIMD_WITH_AVX2
+template <class Arch>
+  requires(kHasAvx512<Arch> && Batch<float, Arch>::size == 16)
+struct HalfWidth<Arch> {
+  using type = xsimd::avx2;
+};
+#endif
+template <class Arch>
+using HalfWidthArch = typename HalfWidth<Arch>::type;
+
+#if XSIMD_VERSION_MAJOR >= 9
 /// Horizontal sum of a batch (xsimd 8: `hadd`; newer: `reduce_add`).
 template <class T, class Arch>
 [[nodiscard]] inline T reduce_add(const Batch<T, Arch>& b) noexcept {
-#if XSIMD_VERSION_MAJOR >= 9
   return xsimd::reduce_add(b);
-#else
-  return xsimd::hadd(b);
-#endif
 }
-
+/// Horizontal max of a batch.
+template <class T, class Arch>
+[[nodiscard]] inline T reduce_max(const Batch<T, Arch>& b) noexcept {
+  return xsimd::reduce_max(b);
+}
+#else
+/// Horizontal sum of a batch (xsimd 8: `hadd`; newer: `reduce_add`).
+template <class T, class Arch>
+[[nodiscard]] inline T reduce_add(const Batch<T, Arch>& b) noexcept {
+  return xsimd::hadd(b);
+}
 /// Horizontal max of a batch (xsimd 8 has no reduction for max).
 template <class T, class Arch>
 [[nodiscard]] inline T reduce_max(const Batch<T, Arch>& b) noexcept {
-#if XSIMD_VERSION_MAJOR >= 9
-  return xsimd::reduce_max(b);
-#else
   alignas(64) T tmp[Batch<T, Arch>::size];
   b.store_aligned(tmp);
   T m = tmp[0];
   for (std::size_t i = 1; i < Batch<T, Arch>::size; ++i) m = tmp[i] > m ? tmp[i] : m;
   return m;
-#endif
 }
+#endif
 
 #if defined(__AVX512F__)
 namespace detail {
@@ -72,40 +92,47 @@ namespace detail {
 #endif
 
 /// Reduces W = lanes batches to one batch whose lane i is the horizontal sum of `rows[i]`
-/// (a transpose-add). xsimd 8.1's `haddp` permutes lanes wrongly on AVX-512 (lane i of the result
-/// is not the sum of row i), so AVX-512 gets its own small intrinsics kernel, AVX/AVX2 (W = 8) a
-/// 256-bit hadd network; other archs use a portable loop over `reduce_add`.
+/// (a transpose-add): the portable loop over `reduce_add`. xsimd 8.1's `haddp` permutes lanes wrongly
+/// on AVX-512 (lane i of the result is not the sum of row i), so AVX-512 gets its own small
+/// intrinsics kernel and AVX/AVX2 (W = 8) a 256-bit hadd network: the overloads below, selected by
+/// the arch type.
 template <class Arch>
 [[nodiscard]] inline Batch<float, Arch> reduce_add_rows(const Batch<float, Arch>* rows) noexcept {
   constexpr std::size_t W = Batch<float, Arch>::size;
-#if defined(__AVX512F__)
-  if constexpr (kHasAvx512<Arch> && W == 16) {
-    __m512 s[8], t[4];
-    for (int i = 0; i < 8; ++i) {  // 128-bit halves: row 2i in chunks 0-1, row 2i+1 in chunks 2-3
-      const __m512 a = rows[2 * i], b = rows[2 * i + 1];
-      s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-    }
-    for (int m = 0; m < 4; ++m)  // chunk k of t[m] holds 4 partial sums of row 4m+k
-      t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
-                           _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
-    return detail::sum_row_chunks_avx512(t);
-  } else
-#endif
-#if defined(__AVX__)
-  if constexpr (std::is_base_of_v<xsimd::avx, Arch> && W == 8) {
-    // hadd pairs rows within each 128-bit half; after two levels, half k of u0 (u1) holds the
-    // partial sums of rows 0-3 (4-7) over elements 4k…4k+3; adding the halves finishes each row.
-    const __m256 t0 = _mm256_hadd_ps(rows[0], rows[1]), t1 = _mm256_hadd_ps(rows[2], rows[3]);
-    const __m256 t2 = _mm256_hadd_ps(rows[4], rows[5]), t3 = _mm256_hadd_ps(rows[6], rows[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-  } else
-#endif
-  {
-    alignas(64) float out[W];
-    for (std::size_t i = 0; i < W; ++i) out[i] = reduce_add<float, Arch>(rows[i]);
-    return Batch<float, Arch>::load_aligned(out);
-  }
+  alignas(64) float out[W];
+  for (std::size_t i = 0; i < W; ++i) out[i] = reduce_add<float, Arch>(rows[i]);
+  return Batch<float, Arch>::load_aligned(out);
 }
+
+#if defined(__AVX512F__)
+/// `reduce_add_rows` on AVX-512 (W = 16): pairwise 128-bit shuffles, then `sum_row_chunks_avx512`.
+template <class Arch>
+  requires(kHasAvx512<Arch> && Batch<float, Arch>::size == 16)
+[[nodiscard]] inline Batch<float, Arch> reduce_add_rows(const Batch<float, Arch>* rows) noexcept {
+  __m512 s[8], t[4];
+  for (int i = 0; i < 8; ++i) {  // 128-bit halves: row 2i in chunks 0-1, row 2i+1 in chunks 2-3
+    const __m512 a = rows[2 * i], b = rows[2 * i + 1];
+    s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  }
+  for (int m = 0; m < 4; ++m)  // chunk k of t[m] holds 4 partial sums of row 4m+k
+    t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
+  return detail::sum_row_chunks_avx512(t);
+}
+#endif
+
+#if defined(__AVX__)
+/// `reduce_add_rows` on AVX / AVX2 (W = 8): hadd pairs rows within each 128-bit half; after two
+/// levels, half k of u0 (u1) holds the partial sums of rows 0-3 (4-7) over elements 4k…4k+3; adding
+/// the halves finishes each row.
+template <class Arch>
+  requires(std::is_base_of_v<xsimd::avx, Arch> && Batch<float, Arch>::size == 8)
+[[nodiscard]] inline Batch<float, Arch> reduce_add_rows(const Batch<float, Arch>* rows) noexcept {
+  const __m256 t0 = _mm256_hadd_ps(rows[0], rows[1]), t1 = _mm256_hadd_ps(rows[2], rows[3]);
+  const __m256 t2 = _mm256_hadd_ps(rows[4], rows[5]), t3 = _mm256_hadd_ps(rows[6], rows[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
 
 }  // namespace barato::simd

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// The fused online-softmax kernel of attention/online_softmax.hpp, specialised for a compile-time
-/// head dimension D (64 and 128 — the head sizes of nearly every Llama-family model) over dense
-/// blocks. `accumulate` dispatches here when d matches; the result is the same partial state.
+/// The fused online-softmax kernel (attention/kernels/generic.hpp) specialised for a compile-time
+/// head dimension D (64 and 128 — the head sizes of nearly every Llama-family model),
+/// `detail::accumulate_fixed_dim`. The dense and paged `accumulate` overloads dispatch here when d
+/// matches; the result is the same partial state.
 ///
 /// Why a specialisation: with D known, a head's query (pre-multiplied by the softmax scale) and its
 /// output accumulator live in D/W vector registers for a whole chunk of rows (`kFixedChunkRowsFor`), so
@@ -14,26 +15,26 @@
 ///   4. o += Σ_j p_j·v_j with two interleaved accumulator sets (2·D/W independent FMA chains).
 /// Chunks are visited in the outer loop and the G query heads of a group in the inner loop, so a
 /// chunk of K/V (≤ kFixedChunkBytes) is read from memory once and from L1 for the other heads.
-/// The kernel reads rows through a row-address policy (`RowAddress`): contiguous (base + r·stride)
-/// or paged (kv/paged_block.hpp: one page-table look-up per W-row tile), so one call — and one set
-/// of registers per chunk — spans every page of a paged cache.
+/// The kernel reads rows through `detail::ChunkedKvRows` (attention/kernels/rows.hpp): contiguous
+/// (base + r·stride) or paged (attention/kernels/paged.hpp: one page-table look-up per W-row tile),
+/// so one call — and one set of registers per chunk — spans every page of a paged cache.
 /// Rounding depends on where chunks start: attention over blocks that begin at multiples of the
 /// chunk size is bitwise equal to attention over one contiguous block; other splits agree to fp32
 /// rounding (the online-softmax rescale happens at different rows).
 
 #include <algorithm>
 #include <cmath>
-#include <concepts>
 #include <cstddef>
 #include <limits>
 
+#include "barato/attention/kernels/query_group.hpp"
+#include "barato/attention/kernels/rows.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/core/dtype.hpp"
-#include "barato/kv/block.hpp"
 #include "barato/simd/arch.hpp"
 #include "barato/simd/convert.hpp"
 
-namespace barato::attention {
+namespace barato::attention::detail {
 
 /// Most rows per chunk of the fixed-dimension kernel (a multiple of every float lane count).
 inline constexpr std::size_t kFixedChunkRows = 64;
@@ -54,57 +55,17 @@ template <class Arch>
   return (d == 64 || d == 128) && d % simd::Batch<float, Arch>::size == 0 && kFixedChunkRows % simd::Batch<float, Arch>::size == 0;
 }
 
-/// A row-address policy of the fixed-dimension kernel: where the key/value rows of a block live.
-/// `chunk<W, R>(c0, nr)` returns a cursor over rows [c0, c0 + nr) (nr ≤ R): `k_row(t, j)` is the
-/// address of key row c0 + t + j (t a multiple of W, j < W); `v(t)` is the address of value row c0 + t
-/// for t a multiple of `kRun`, and the rows c0 + t + j, j < kRun, follow it at `stride` elements apart
-/// (`kRun`: R for a contiguous policy; for a paged one the rows of a page that a W-row tile holds —
-/// W, or a divisor of W when pages are smaller than a tile). The caller guarantees what the policy
-/// needs for that. The kernel calls
-/// `prefetch_k(t, j)` / `prefetch_v(t, j)` as it reads key / value row c0 + t + j (for the first query
-/// head of the group only): a policy whose rows are scattered prefetches ahead there, a contiguous
-/// one does nothing.
-template <class Rows>
-concept RowAddress = requires(const Rows& rows, std::size_t c0) {
-  typename Rows::element_type;
-  { rows.stride } -> std::convertible_to<std::size_t>;
-  rows.template chunk<1, 1>(c0, c0).k_row(c0, c0);
-  rows.template chunk<1, 1>(c0, c0).prefetch_k(c0, c0);
-  rows.template chunk<1, 1>(c0, c0).prefetch_v(c0, c0);
-};
-
-/// Rows of a `kv::DenseBlock<T>`: row r at k + r·stride (any r0, any tile start).
-template <Element T>
-struct ContiguousRowAddress {
-  using element_type = T;
-  const T* k;
-  const T* v;
-  std::size_t stride;
-  template <std::size_t R>
-  struct Cursor {
-    static constexpr std::size_t kRun = R;
-    const T* k0;
-    const T* v0;
-    std::size_t stride;
-    [[nodiscard]] const T* k_row(std::size_t t, std::size_t j) const noexcept { return k0 + (t + j) * stride; }
-    [[nodiscard]] const T* v(std::size_t t) const noexcept { return v0 + t * stride; }
-    // one stream: the hardware prefetchers follow it
-    void prefetch_k(std::size_t /*t*/, std::size_t /*j*/) const noexcept {}
-    void prefetch_v(std::size_t /*t*/, std::size_t /*j*/) const noexcept {}
-  };
-  template <std::size_t W, std::size_t R>
-  [[nodiscard]] Cursor<R> chunk(std::size_t c0, std::size_t /*nr*/) const noexcept {
-    return {k + c0 * stride, v + c0 * stride, stride};
-  }
-};
-
-/// Folds rows [r0, r1) reached through the row-address policy `rows` into the partial states of `g`
-/// query heads (q + i·D, o + i·D, st[i]), scores scaled by `scale`. Same contract as `accumulate`;
-/// requires D % W == 0. One call covers any number of rows (q and o stay in registers across every
-/// tile boundary of a chunk, wherever the rows live). Allocates nothing.
-template <std::size_t D, class Arch = simd::DefaultArch, RowAddress Rows>
-void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const Rows& rows, std::size_t r0,
-                               std::size_t r1, float* o, PartialStats* st) noexcept {
+/// Folds rows [r0, r1) reached through `rows` into the partial states of the query heads of `qg`
+/// (qg.d == D). Same contract as `accumulate`; requires D % W == 0. One call covers any number of rows
+/// (q and o stay in registers across every tile boundary of a chunk, wherever the rows live).
+/// Allocates nothing.
+template <std::size_t D, class Arch, ChunkedKvRows Rows>
+void accumulate_fixed_dim(const QueryGroup& qg, const Rows& rows, std::size_t r0, std::size_t r1) noexcept {
+  const float* const q = qg.q;
+  const std::size_t g = qg.g;
+  const float scale = qg.scale;
+  float* const o = qg.o;
+  PartialStats* const st = qg.st;
   using T = typename Rows::element_type;
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
@@ -167,14 +128,9 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
         ov[c] = B::load_unaligned(oh + c * W);
         ov2[c] = B(0.0f);
       }
-      if (cmax > sh.m) {
-        if (sh.l != 0.0f) {
-          const float alpha = std::exp(sh.m - cmax);
-          sh.l *= alpha;
-          for (std::size_t c = 0; c < C; ++c) ov[c] = ov[c] * B(alpha);
-        }
-        sh.m = cmax;
-      }
+      sh.raise_max(cmax, [&](float alpha) {
+        for (std::size_t c = 0; c < C; ++c) ov[c] = ov[c] * B(alpha);
+      });
 
       // 3. probabilities of the chunk.
       const std::size_t nr_up = (nr + W - 1) / W * W;
@@ -217,12 +173,4 @@ void accumulate_fixed_dim_rows(const float* q, std::size_t g, float scale, const
   }
 }
 
-/// Folds rows [r0, r1) of `blk` into the partial states of `g` query heads (q + i·D, o + i·D, st[i]),
-/// scores scaled by `scale`. Same contract as `accumulate`; requires D % W == 0. Allocates nothing.
-template <std::size_t D, class Arch = simd::DefaultArch, Element T>
-void accumulate_fixed_dim(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk, std::size_t r0,
-                          std::size_t r1, float* o, PartialStats* st) noexcept {
-  accumulate_fixed_dim_rows<D, Arch>(q, g, scale, ContiguousRowAddress<T>{blk.k, blk.v, blk.stride}, r0, r1, o, st);
-}
-
-}  // namespace barato::attention
+}  // namespace barato::attention::detail

@@ -1,4 +1,4 @@
-#include "barato/attention/fixed_dim_kernel.hpp"
+#include "barato/attention/kernels/fixed_dim.hpp"
 
 #include <doctest/doctest.h>
 
@@ -43,6 +43,15 @@ void fold_ref(const float* q, std::size_t g, std::size_t d, float scale, const k
   }
 }
 
+/// The fixed-dimension kernel over the rows of a dense block (what the dense `accumulate` runs for d = D).
+template <std::size_t D, Element T>
+void fold_fixed(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk, std::size_t r0, std::size_t r1,
+                float* o, PartialStats* st) {
+  attention::detail::accumulate_fixed_dim<D, simd::DefaultArch>(attention::QueryGroup{q, g, D, scale, o, st},
+                                                                attention::detail::ContiguousRows<T>{blk.k, blk.v, blk.stride},
+                                                                r0, r1);
+}
+
 template <std::size_t D, Element T>
 void check_fixed(std::size_t g, std::size_t n, std::size_t stride, unsigned seed) {
   CAPTURE(D); CAPTURE(g); CAPTURE(n); CAPTURE(stride);
@@ -63,7 +72,7 @@ void check_fixed(std::size_t g, std::size_t n, std::size_t stride, unsigned seed
   std::size_t r0 = 0;
   while (r0 < n) {
     const std::size_t r1 = std::min(n, r0 + 1 + gen() % 150);
-    attention::accumulate_fixed_dim<D>(q.data(), g, scale, blk, r0, r1, o.data(), st.data());
+    fold_fixed<D>(q.data(), g, scale, blk, r0, r1, o.data(), st.data());
     fold_ref(q.data(), g, D, scale, blk, r0, r1, ro, rm, rl);
     r0 = r1;
   }
@@ -89,25 +98,25 @@ TEST_CASE("fixed-dimension kernel equals the reference fold (d = 64, 128; fp32/f
   check_fixed<128, float>(3, 257, 128, 4);
   check_fixed<64, f16>(2, 200, 64, 5);
   check_fixed<128, bf16>(2, 130, 128, 6);
-  CHECK(attention::has_fixed_dim_kernel<simd::DefaultArch>(64));
-  CHECK(attention::has_fixed_dim_kernel<simd::DefaultArch>(128));
-  CHECK_FALSE(attention::has_fixed_dim_kernel<simd::DefaultArch>(96));
+  CHECK(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(64));
+  CHECK(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(128));
+  CHECK_FALSE(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(96));
 }
 
 TEST_CASE("ranges split at multiples of the chunk size give bitwise the same state as one range") {
   constexpr std::size_t D = 128, W = simd::kFloatLanes<>;
-  constexpr std::size_t R = attention::kFixedChunkRowsFor<D, float, W>;
-  static_assert(R % W == 0 && R >= W && R <= attention::kFixedChunkRows);
+  constexpr std::size_t R = attention::detail::kFixedChunkRowsFor<D, float, W>;
+  static_assert(R % W == 0 && R >= W && R <= attention::detail::kFixedChunkRows);
   const std::size_t n = 5 * R + 7, g = 2;
   const auto k = test::random_vector(n * D, 21), v = test::random_vector(n * D, 22);
   const auto q = test::random_vector(g * D, 23, -3.f, 3.f);
   const kv::DenseBlock<float> blk{k.data(), v.data(), n, D, 0};
   std::vector<float> o1(g * D, 0.0f), o2(g * D, 0.0f);
   std::vector<PartialStats> s1(g), s2(g);
-  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 0, n, o1.data(), s1.data());
-  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 0, 2 * R, o2.data(), s2.data());
-  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 2 * R, 3 * R, o2.data(), s2.data());
-  attention::accumulate_fixed_dim<D>(q.data(), g, 0.1f, blk, 3 * R, n, o2.data(), s2.data());
+  fold_fixed<D>(q.data(), g, 0.1f, blk, 0, n, o1.data(), s1.data());
+  fold_fixed<D>(q.data(), g, 0.1f, blk, 0, 2 * R, o2.data(), s2.data());
+  fold_fixed<D>(q.data(), g, 0.1f, blk, 2 * R, 3 * R, o2.data(), s2.data());
+  fold_fixed<D>(q.data(), g, 0.1f, blk, 3 * R, n, o2.data(), s2.data());
   CHECK(o1 == o2);
   for (std::size_t h = 0; h < g; ++h) {
     CHECK(s1[h].m == s2[h].m);

@@ -1,9 +1,12 @@
 #pragma once
 /// \file
-/// The fused online-softmax kernel of attention/online_softmax.hpp for head dimensions smaller than
+/// The fused online-softmax kernel (attention/kernels/generic.hpp) for head dimensions smaller than
 /// the float lanes (d ∈ {1, 2, 4, 8} on AVX-512, where W = 16), over dense blocks whose rows are
-/// packed (stride == d). `accumulate` dispatches here when `has_small_dim_kernel<Arch>(d, stride)`;
-/// the result is the same partial state. Other archs and shapes keep the generic path.
+/// packed (stride == d), `detail::accumulate_small_dim`. The dense `accumulate` dispatches here when
+/// `detail::has_small_dim_kernel<Arch>(d, stride)`; the result is the same partial state. Other archs
+/// and shapes keep the generic path. The arch type selects the kernel: the AVX-512 definitions are
+/// compiled only with AVX-512 enabled and constrained to AVX-512 archs; for every other arch
+/// `detail::kHasSmallDimKernel` is false and the overload is deleted.
 ///
 /// Why: the generic kernel vectorises over d, so with d < W it runs only its scalar tail. Here
 /// R = W/d consecutive rows share one register instead. A tile of W rows of K is d loads (rows
@@ -29,6 +32,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "barato/attention/kernels/query_group.hpp"
 #include "barato/attention/partial.hpp"
 #include "barato/core/dtype.hpp"
 #include "barato/kv/block.hpp"
@@ -39,27 +43,27 @@
 #include <immintrin.h>
 #endif
 
-namespace barato::attention {
+namespace barato::attention::detail {
 
 /// Most rows per chunk of the small-dimension kernel (8 KiB of fp32 K+V at d = 8, reused from L1 by
 /// the query heads of a group); a multiple of the 16-row tile.
 inline constexpr std::size_t kSmallChunkRows = 128;
 
-/// True when `accumulate` has a small-dimension path for head dimension `d` and row stride `stride`
-/// on `Arch`: AVX-512 (W = 16), d ∈ {1, 2, 4, 8} and packed rows (stride == d).
+/// True when `Arch` has the small-dimension kernel (AVX-512, W = 16; specialised below).
 template <class Arch>
-[[nodiscard]] constexpr bool has_small_dim_kernel(std::size_t d, std::size_t stride) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (simd::kHasAvx512<Arch> && simd::Batch<float, Arch>::size == 16)
-    return stride == d && (d == 1 || d == 2 || d == 4 || d == 8);
-#endif
-  (void)d;
-  (void)stride;
-  return false;
-}
+inline constexpr bool kHasSmallDimKernel = false;
+
+/// Folds rows [r0, r1) of `blk` into the partial states of the query heads of `qg`. Same contract as
+/// `accumulate`; requires `has_small_dim_kernel<Arch>(qg.d, blk.stride)` (deleted for archs without
+/// the kernel, so a call the dispatch did not guard does not compile). Allocates nothing.
+template <class Arch, Element T>
+void accumulate_small_dim(const QueryGroup& qg, const kv::DenseBlock<T>& blk, std::size_t r0, std::size_t r1) noexcept =
+    delete;
 
 #if defined(__AVX512F__)
-namespace detail {
+template <class Arch>
+  requires(simd::kHasAvx512<Arch> && simd::Batch<float, Arch>::size == 16)
+inline constexpr bool kHasSmallDimKernel<Arch> = true;
 
 /// Row sums of one tile of W = 16 rows packed D to a register: x[i] holds rows (16/D)·i … in
 /// consecutive D-lane segments. Returns lane r = Σ of row r's D products.
@@ -99,8 +103,13 @@ template <std::size_t D>
 
 /// The kernel for one compile-time D ∈ {1, 2, 4, 8}; rows of `blk` are packed (stride == D).
 template <std::size_t D, Element T>
-void accumulate_small_dim_avx512(const float* q, std::size_t g, float scale, const kv::DenseBlock<T>& blk,
-                                 std::size_t r0, std::size_t r1, float* o, PartialStats* st) noexcept {
+void accumulate_small_dim_avx512(const QueryGroup& qg, const kv::DenseBlock<T>& blk, std::size_t r0,
+                                 std::size_t r1) noexcept {
+  const float* const q = qg.q;
+  const std::size_t g = qg.g;
+  const float scale = qg.scale;
+  float* const o = qg.o;
+  PartialStats* const st = qg.st;
   using xsimd::avx512f;
   using B = simd::Batch<float, avx512f>;  // for the vectorised exp
   constexpr std::size_t W = 16;
@@ -149,14 +158,7 @@ void accumulate_small_dim_avx512(const float* q, std::size_t g, float scale, con
         if (tmax == kNegInf) return;  // nothing visible (only with -inf scores)
 
         // 2. rescale the running state if the tile raised the max.
-        if (tmax > sh.m) {
-          if (sh.l != 0.0f) {
-            const float alpha = std::exp(sh.m - tmax);
-            sh.l *= alpha;
-            ov = _mm512_mul_ps(ov, _mm512_set1_ps(alpha));
-          }
-          sh.m = tmax;
-        }
+        sh.raise_max(tmax, [&](float alpha) { ov = _mm512_mul_ps(ov, _mm512_set1_ps(alpha)); });
 
         // 3. probabilities of the tile.
         const __m512 p = xsimd::exp(B(sc) - B(sh.m));
@@ -181,28 +183,24 @@ void accumulate_small_dim_avx512(const float* q, std::size_t g, float scale, con
   }
 }
 
-}  // namespace detail
-#endif
-
-/// Folds rows [r0, r1) of `blk` into the partial states of `g` query heads (q + i·d, o + i·d, st[i]),
-/// scores scaled by `scale`. Same contract as `accumulate`; requires `has_small_dim_kernel<Arch>(d,
-/// blk.stride)` (otherwise does nothing: callers dispatch on it). Allocates nothing.
-template <class Arch = simd::DefaultArch, Element T>
-void accumulate_small_dim(const float* q, std::size_t g, std::size_t d, float scale, const kv::DenseBlock<T>& blk,
-                          std::size_t r0, std::size_t r1, float* o, PartialStats* st) noexcept {
-#if defined(__AVX512F__)
-  if constexpr (simd::kHasAvx512<Arch> && simd::Batch<float, Arch>::size == 16) {
-    if (blk.stride != d) return;
-    switch (d) {
-      case 1: return detail::accumulate_small_dim_avx512<1>(q, g, scale, blk, r0, r1, o, st);
-      case 2: return detail::accumulate_small_dim_avx512<2>(q, g, scale, blk, r0, r1, o, st);
-      case 4: return detail::accumulate_small_dim_avx512<4>(q, g, scale, blk, r0, r1, o, st);
-      case 8: return detail::accumulate_small_dim_avx512<8>(q, g, scale, blk, r0, r1, o, st);
-      default: return;
-    }
+template <class Arch, Element T>
+  requires kHasSmallDimKernel<Arch>
+void accumulate_small_dim(const QueryGroup& qg, const kv::DenseBlock<T>& blk, std::size_t r0, std::size_t r1) noexcept {
+  switch (qg.d) {
+    case 1: return accumulate_small_dim_avx512<1>(qg, blk, r0, r1);
+    case 2: return accumulate_small_dim_avx512<2>(qg, blk, r0, r1);
+    case 4: return accumulate_small_dim_avx512<4>(qg, blk, r0, r1);
+    case 8: return accumulate_small_dim_avx512<8>(qg, blk, r0, r1);
+    default: return;
   }
-#endif
-  (void)q, (void)g, (void)d, (void)scale, (void)blk, (void)r0, (void)r1, (void)o, (void)st;
+}
+#endif  // __AVX512F__
+
+/// True when the dense `accumulate` has a small-dimension path for head dimension `d` and row stride
+/// `stride` on `Arch`: AVX-512 (W = 16), d ∈ {1, 2, 4, 8} and packed rows (stride == d).
+template <class Arch>
+[[nodiscard]] constexpr bool has_small_dim_kernel(std::size_t d, std::size_t stride) noexcept {
+  return kHasSmallDimKernel<Arch> && stride == d && (d == 1 || d == 2 || d == 4 || d == 8);
 }
 
-}  // namespace barato::attention
+}  // namespace barato::attention::detail

@@ -1,4 +1,4 @@
-#include "barato/attention/small_dim_kernel.hpp"
+#include "barato/attention/kernels/small_dim.hpp"
 
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "barato/attention/attend.hpp"
-#include "barato/attention/online_softmax.hpp"
+#include "barato/attention/kernels/dense.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "support/reference.hpp"
 
@@ -43,7 +43,7 @@ void check_fold(std::size_t g, std::size_t d, std::size_t n, std::size_t r0, std
   std::mt19937 gen(seed);
   for (std::size_t a = r0; a < r1;) {
     const std::size_t b = std::min(r1, a + 1 + gen() % max_piece);
-    attention::accumulate(q.data(), g, d, scale, blk, a, b, o.data(), st.data());
+    attention::accumulate(attention::QueryGroup{q.data(), g, d, scale, o.data(), st.data()}, blk, a, b);
     a = b;
   }
   for (std::size_t h = 0; h < g; ++h) {
@@ -62,10 +62,10 @@ void check_fold(std::size_t g, std::size_t d, std::size_t n, std::size_t r0, std
 TEST_CASE("small-d dispatch: AVX-512 packs rows for d in {1, 2, 4, 8} with packed rows only") {
   constexpr bool avx512 = simd::kFloatLanes<> == 16 && simd::kHasAvx512<simd::DefaultArch>;
   for (const std::size_t d : {1, 2, 4, 8}) {
-    CHECK(attention::has_small_dim_kernel<simd::DefaultArch>(d, d) == avx512);
-    CHECK_FALSE(attention::has_small_dim_kernel<simd::DefaultArch>(d, d + 1));  // padded rows
+    CHECK(attention::detail::has_small_dim_kernel<simd::DefaultArch>(d, d) == avx512);
+    CHECK_FALSE(attention::detail::has_small_dim_kernel<simd::DefaultArch>(d, d + 1));  // padded rows
   }
-  for (const std::size_t d : {3, 12, 16, 24, 64}) CHECK_FALSE(attention::has_small_dim_kernel<simd::DefaultArch>(d, d));
+  for (const std::size_t d : {3, 12, 16, 24, 64}) CHECK_FALSE(attention::detail::has_small_dim_kernel<simd::DefaultArch>(d, d));
 }
 
 TEST_CASE("small-d kernel equals the double reference (d = 1, 2, 4, 8; generic d = 12, 24, 40; n not a multiple of 16)") {
@@ -102,7 +102,7 @@ TEST_CASE("small-d kernel: large scores (running max rescale across chunks) stay
   const kv::DenseBlock<float> blk{k.data(), v.data(), n, d, 0};
   std::vector<float> o(g * d, 0.0f);
   std::vector<PartialStats> st(g);
-  attention::accumulate(q.data(), g, d, 1.0f, blk, 0, n, o.data(), st.data());
+  attention::accumulate(attention::QueryGroup{q.data(), g, d, 1.0f, o.data(), st.data()}, blk, 0, n);
   for (std::size_t h = 0; h < g; ++h)
     for (std::size_t c = 0; c < d; ++c) o[h * d + c] /= st[h].l;
   const auto ref = test::attention_ref(q, k, v, g, 1, d, n - 1, 1.0);
@@ -139,9 +139,10 @@ TEST_CASE("small-d kernel: ranges split at multiples of 16 rows give bitwise the
     const kv::DenseBlock<float> blk{k.data(), v.data(), n, d, 0};
     std::vector<float> o1(g * d, 0.0f), o2(g * d, 0.0f);
     std::vector<PartialStats> s1(g), s2(g);
-    attention::accumulate(q.data(), g, d, 0.3f, blk, 0, n, o1.data(), s1.data());
+    attention::accumulate(attention::QueryGroup{q.data(), g, d, 0.3f, o1.data(), s1.data()}, blk, 0, n);
     for (std::size_t a = 0; a < n; a += 16 * (1 + a % 5))
-      attention::accumulate(q.data(), g, d, 0.3f, blk, a, std::min(n, a + 16 * (1 + a % 5)), o2.data(), s2.data());
+      attention::accumulate(attention::QueryGroup{q.data(), g, d, 0.3f, o2.data(), s2.data()}, blk, a,
+                            std::min(n, a + 16 * (1 + a % 5)));
     CHECK(o1 == o2);
     for (std::size_t h = 0; h < g; ++h) {
       CHECK(s1[h].m == s2[h].m);
