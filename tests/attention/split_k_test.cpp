@@ -59,10 +59,10 @@ TEST_CASE("split-K over fp16 and bf16 caches") {
 TEST_CASE("chunk boundaries cover [0, n) in order, aligned to kSplitKRowAlign") {
   for (const std::size_t n : {1, 16, 17, 1000, 4096}) {
     for (const std::size_t s : {1, 2, 5, 300}) {
-      CHECK(attention::split_k_begin(n, 0, s) == 0);
-      CHECK(attention::split_k_begin(n, s, s) == n);
+      CHECK(attention::detail::split_k_begin(n, 0, s) == 0);
+      CHECK(attention::detail::split_k_begin(n, s, s) == n);
       for (std::size_t i = 0; i < s; ++i) {
-        const std::size_t b = attention::split_k_begin(n, i, s), e = attention::split_k_begin(n, i + 1, s);
+        const std::size_t b = attention::detail::split_k_begin(n, i, s), e = attention::detail::split_k_begin(n, i + 1, s);
         CHECK(b <= e);
         CHECK((b % attention::kSplitKRowAlign == 0 || b == n));
       }

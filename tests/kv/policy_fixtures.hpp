@@ -6,7 +6,7 @@
 // contiguous copy, and the per-element storage error bound. Bitwise equality holds when the
 // policy's blocks start at multiples of the kernel's row tile: W = float lanes for the generic
 // kernel (the head_dim 40 used by the contract suite), 64 rows for the fixed-dimension kernel
-// (head_dim 64 / 128, attention/fixed_dim_kernel.hpp); elsewhere the summation order differs and
+// (head_dim 64 / 128, attention/kernels/fixed_dim.hpp); elsewhere the summation order differs and
 // the results agree to kFp32RelTol.
 
 #include <cmath>

@@ -72,12 +72,14 @@ struct SplitKOptions {
   int threads = 1;                           ///< threads over the S·H_kv (chunk, KV head) work items
 };
 
+namespace detail {
 /// First position of chunk s of S over n positions (aligned up to kSplitKRowAlign, clamped to n).
 [[nodiscard]] constexpr std::size_t split_k_begin(std::size_t n, std::size_t s, std::size_t splits) noexcept {
   const std::size_t raw = n * s / splits;
   const std::size_t aligned = (raw + kSplitKRowAlign - 1) / kSplitKRowAlign * kSplitKRowAlign;
   return aligned < n ? aligned : n;
 }
+}  // namespace detail
 
 /// One decode step, split-K: the query `q` ([H_q, d]) of the newest position against the whole
 /// cache, into `out` ([H_q, d]), using `ws.splits()` chunks. Chunks may be empty (n < S·16); empty
@@ -107,8 +109,8 @@ void decode_split_k(std::span<const float> q, const Cache& cache, const Heads& h
     for (std::size_t w = w_lo; w < w_hi; ++w) {
       const std::size_t s = w / heads.n_kv;
       const std::size_t h = w % heads.n_kv;
-      const std::size_t lo = split_k_begin(n, s, splits);
-      const std::size_t hi = split_k_begin(n, s + 1, splits);
+      const std::size_t lo = detail::split_k_begin(n, s, splits);
+      const std::size_t hi = detail::split_k_begin(n, s + 1, splits);
       float* o = ws.o(s) + h * g * d;          // [G, d]
       PartialStats* st = ws.stats(s) + h * g;  // [G]
       std::fill(o, o + g * d, 0.0f);

@@ -17,6 +17,7 @@
 
 namespace barato::kv {
 
+/// A pre-allocated KV cache of one layer: [n_kv_heads, capacity, head_dim] keys and values of element T, one block per head.
 template <Element T = float>
 class Contiguous {
  public:

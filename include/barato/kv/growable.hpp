@@ -32,6 +32,7 @@ struct GrowableConfig {
   std::size_t max_tokens = 0;     ///< hard limit on size() (0 = only the memory resource limits growth)
 };
 
+/// A KV cache of one layer that grows in chunks of `chunk_tokens` positions as tokens arrive, never copying what it holds.
 template <Element T = float>
 class Growable {
  public:

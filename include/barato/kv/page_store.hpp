@@ -22,13 +22,14 @@
 
 #include "barato/core/dtype.hpp"
 #include "barato/core/memory.hpp"
+#include "barato/kv/kv_format.hpp"
 #include "barato/kv/paged_block.hpp"
-#include "barato/kv/quantized.hpp"
+#include "barato/kv/quant_block.hpp"
 #include "barato/simd/convert.hpp"
 
 namespace barato::kv {
 
-/// Page format of a `PagedPool` that stores keys as KF codes and values as VF codes (kv/quantized.hpp:
+/// Page format of a `PagedPool` that stores keys as KF codes and values as VF codes (kv/kv_format.hpp:
 /// `Int8`, `Int4`) with one fp32 absmax scale per token and KV head, quantised on append exactly as
 /// `kv::Quantized<KF, VF>` does. `PagedPool<QuantizedPages<Int8>>` is the paged int8 KV cache.
 template <KvFormat KF, KvFormat VF = KF>

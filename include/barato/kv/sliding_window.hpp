@@ -52,6 +52,7 @@ struct SlidingWindowConfig {
   std::size_t chunk = 1;       ///< most tokens one append may add with exact windows (≥ 1); costs chunk − 1 slots
 };
 
+/// A KV cache of one layer that keeps the first S positions (sinks) and the last W in a ring, with exact windowed attention.
 template <Element T = float>
 class SlidingWindow {
  public:
