@@ -34,7 +34,10 @@ TEST_CASE("rms_norm: eps matters for tiny inputs; zero input gives zero output")
   nn::rms_norm(x, w, a, 1e-5f);
   nn::rms_norm(x, w, b, 1e-12f);
   CHECK(test::max_rel_diff(a, test::rms_norm_ref(x, w, 1e-5)) < test::kRmsNormRelTol);
-  CHECK(b[0] == doctest::Approx(1.0).epsilon(1e-3));  // eps negligible: unit RMS
+  // eps = 1e-12 against mean(x²) = 1e-8 moves the RMS by a factor sqrt(1 + 1e-4) ≈ 1 + 5e-5, far inside
+  // this bound; an eps that mattered (1e-5, the next check) changes the output by a factor of ~30.
+  constexpr double kNegligibleEpsRelTol = 1e-3;
+  CHECK(b[0] == doctest::Approx(1.0).epsilon(kNegligibleEpsRelTol));  // eps negligible: unit RMS
   CHECK(a[0] < 0.1f);                                 // eps dominates mean(x²) = 1e-8
   const std::vector<float> zero(8, 0.0f);
   std::vector<float> z(8, 7.0f);
