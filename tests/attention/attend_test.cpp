@@ -16,9 +16,7 @@ namespace {
 /// orders of magnitude above the fp32 tolerance the masked result is checked with.
 constexpr double kMaskEffectMin = 1e-2;
 
-struct Case {
-  std::size_t hq, hkv, d, n;
-};
+using Case = test::AttentionCase;
 }  // namespace
 
 TEST_CASE("decode over a contiguous cache equals the double-precision reference (MHA/GQA/MQA, odd d and n)") {

@@ -20,9 +20,7 @@ namespace {
 /// maximum relative difference (max |cached − recomputed| / max |recomputed|).
 constexpr double kCachedVsRecomputeRelTol = 1e-5;
 
-struct Case {
-  std::size_t hq, hkv, d, n;
-};
+using Case = test::AttentionCase;
 }  // namespace
 
 TEST_CASE("single-head recompute equals the double reference for every row; scores hold the causal P") {

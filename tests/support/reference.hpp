@@ -11,6 +11,11 @@
 
 namespace barato::test {
 
+/// A head configuration and sequence length for attention tests: query heads, KV heads, head dim, positions.
+struct AttentionCase {
+  std::size_t hq, hkv, d, n;
+};
+
 /// Windowed causal multi-head attention in double (StreamingLLM mask): the query at position p sees
 /// the positions j ≤ p with j < sinks or p − j < window. q [n_q_tok, Hq, d] at positions p0..,
 /// k/v [n_kv_tok, Hkv, d] for positions 0...
