@@ -2,10 +2,15 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <span>
+
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/paged.hpp"
 #include "barato/kv/quantized.hpp"
 #include "barato/kv/sliding_window.hpp"
+#include "support/alloc_counter.hpp"
 #include "support/archs.hpp"
 #include "support/reference.hpp"
 
@@ -173,4 +178,30 @@ TEST_CASE("paged and quantized caches through every explicit arch: paged == cont
     for (const std::size_t d : {8, 40, 64})
       for (const std::size_t hq : {2, 4}) check_block_kernels_through_arch<Arch>(hq, d);  // MHA and GQA (staged rows)
   });
+}
+
+TEST_CASE("a prefill block with more partial states than attend's stack runs in batches: no allocation, same result") {
+  // 40 query heads × 120 queries = 4800 states > kAttendStackStats: two batches of 102 and 18 queries.
+  const std::size_t hq = 40, hkv = 8, d = 16, past = 10, P = 120;
+  static_assert(hq * P > attention::kAttendStackStats);
+  const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+  const auto k = test::random_vector((past + P) * hkv * d, 61), v = test::random_vector((past + P) * hkv * d, 62);
+  kv::Contiguous<float> cache(hkv, d, past + P);
+  cache.append(k, v);
+  const auto q = test::random_vector(P * hq * d, 63, -2.f, 2.f);
+  std::vector<float> out(q.size());
+  std::size_t allocs = 0;
+  {
+    test::CountAllocations count;
+    attention::attend(q, cache, heads, out);
+    allocs = count.count();
+  }
+  CHECK(allocs == 0);
+  const auto ref = test::attention_ref(q, k, v, hq, hkv, d, past, 1.0 / std::sqrt(double(d)));
+  CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
+  // each query of the second batch equals the same query run in a block of its own size
+  const std::size_t per = attention::kAttendStackStats / hq, row = hq * d;
+  std::vector<float> tail(out.size() - per * row);
+  attention::attend(std::span<const float>(q).subspan(per * row), cache, heads, tail);
+  CHECK(std::equal(tail.begin(), tail.end(), out.begin() + static_cast<std::ptrdiff_t>(per * row)));
 }

@@ -40,8 +40,8 @@ struct AttendOptions {
   int threads = 1;                           ///< threads over KV heads (via barato::parallel_for)
 };
 
-/// Partial states (n·H_q, one per query head and query) `attend` keeps on its stack: up to this
-/// many (32 KiB) it allocates nothing; beyond, they come from the default memory resource.
+/// Partial states (one per query head and query) `attend` keeps on its stack (32 KiB): longer blocks
+/// of queries run in batches of kAttendStackStats / H_q; only H_q > kAttendStackStats allocates.
 inline constexpr std::size_t kAttendStackStats = 4096;
 
 namespace detail {
@@ -80,10 +80,11 @@ void with_stats(std::size_t n, Fn&& fn) {
   }
 }
 
-/// The walk of `attend` for queries at p0 … p0+n_tok−1 with caller scratch `stats` (≥ n_tok·H_q).
+/// The walk of `attend` for queries at p0 … p0+n_tok−1 with scratch `stats` (≥ n_tok·H_q empty
+/// states). `tile` rows per prefill tile, 0 for whole blocks (a decode step).
 template <class Arch, kv::CachePolicy Cache>
 void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, const Heads& heads, std::span<float> out,
-                 std::span<PartialStats> stats, const AttendOptions& opt) {
+                 std::span<PartialStats> stats, std::size_t tile_rows, const AttendOptions& opt) {
   const std::size_t d = heads.head_dim;
   const std::size_t n_tok = heads.q_dim() == 0 ? 0 : q.size() / heads.q_dim();
   detail::check_attend(q.size(), out.size(), n_tok, stats.size(), heads, cache.n_kv_heads(), cache.head_dim());
@@ -95,14 +96,13 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
   [[maybe_unused]] kv::AttentionWindow window{};
   if constexpr (kv::WindowedCache<Cache>) window = cache.attention_window();
 
-  std::fill(out.begin(), out.end(), 0.0f);
-  std::fill(stats.begin(), stats.begin() + static_cast<std::ptrdiff_t>(n_tok * heads.n_q), PartialStats{});
+  std::fill(out.begin(), out.end(), 0.0f);  // the stats arrive empty (with_stats value-initialises them)
 
   parallel_for(heads.n_kv, opt.threads, [&](std::size_t h_lo, std::size_t h_hi) {
     for (std::size_t h = h_lo; h < h_hi; ++h) {
       const std::size_t col = h * g * d;  // first query head of this group, in floats
       cache.for_each_block(h, [&](const auto& blk) {
-        const std::size_t tile = n_tok == 1 ? blk.n : kPrefillTileRows;
+        const std::size_t tile = tile_rows == 0 ? blk.n : tile_rows;
         for (std::size_t a = 0; a < blk.n; a += tile) {
           const std::size_t b = std::min(blk.n, a + tile);
           for (std::size_t t = 0; t < n_tok; ++t) {
@@ -133,8 +133,10 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
 /// (p0 = cache.size() − n … cache.size() − 1: append their K/V first) against `cache`, windowed per
 /// query when the cache is a `kv::WindowedCache`, written to `out` ([n, H_q, d]). n = 1 is a decode
 /// step (see `decode`); a prefill block is n > 1 — the same call. Throws `shape_error` on any
-/// mismatch, or when the cache holds fewer than n positions. Allocates nothing while n·H_q ≤
-/// `kAttendStackStats` (its only scratch, n·H_q (m, l) pairs, lives on the stack; no n×n matrix exists).
+/// mismatch, or when the cache holds fewer than n positions. Allocates nothing for H_q ≤
+/// `kAttendStackStats`: its only scratch, (m, l) pairs per query head and query, lives on the stack, and
+/// a block of more than kAttendStackStats / H_q queries runs in batches of that many (each query folds
+/// the same tiles in the same order either way, so the result is the same bit for bit).
 template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
 void attend(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
             const AttendOptions& opt = {}) {
@@ -142,9 +144,17 @@ void attend(std::span<const float> q, const Cache& cache, const Heads& heads, st
   const std::size_t n_tok = q.size() / heads.q_dim();
   require(n_tok <= cache.size(), "attention::attend: ", n_tok, " queries but the cache holds ", cache.size(),
           " positions (append the queries' K/V first)");
-  detail::with_stats(n_tok * heads.n_q, [&](std::span<PartialStats> stats) {
-    detail::attend_into<Arch>(q, cache.size() - n_tok, cache, heads, out, stats, opt);
-  });
+  detail::check_attend(q.size(), out.size(), n_tok, n_tok * heads.n_q, heads, cache.n_kv_heads(), cache.head_dim());
+  const std::size_t row = heads.q_dim();
+  const std::size_t tile = n_tok == 1 ? 0 : kPrefillTileRows;
+  const std::size_t per = std::max<std::size_t>(1, kAttendStackStats / heads.n_q);  // queries per batch
+  for (std::size_t t0 = 0; t0 < n_tok; t0 += per) {
+    const std::size_t m = std::min(per, n_tok - t0);
+    detail::with_stats(m * heads.n_q, [&](std::span<PartialStats> stats) {
+      detail::attend_into<Arch>(q.subspan(t0 * row, m * row), cache.size() - n_tok + t0, cache, heads,
+                                out.subspan(t0 * row, m * row), stats, tile, opt);
+    });
+  }
 }
 
 /// One decode step: `attend` for one query — `q` ([H_q, d]) of the newest position (size − 1) against
