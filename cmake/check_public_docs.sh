@@ -6,6 +6,9 @@
 # Usage: check_public_docs.sh <include-dir> (ctest: public_docs)
 set -euo pipefail
 root=${1:?usage: check_public_docs.sh <include-dir>}
+if [ ! -d "$root" ]; then echo "public_docs: FAILED: $root is not a directory"; exit 1; fi
+headers=$(find "$root" -name '*.hpp' | wc -l)
+if [ "$headers" -eq 0 ]; then echo "public_docs: FAILED: no .hpp headers under $root"; exit 1; fi
 status=0
 while IFS= read -r -d '' f; do
   awk -v file="$f" '
@@ -36,4 +39,4 @@ if [ "$status" -ne 0 ]; then
   echo "public_docs: FAILED: undocumented public classes (listed above)"
   exit 1
 fi
-echo "public_docs: every public class and struct under $root has a /// comment"
+echo "public_docs: every public class and struct in the $headers headers under $root has a /// comment"
