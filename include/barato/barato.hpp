@@ -10,3 +10,4 @@
 #include "barato/quant/quant.hpp"
 #include "barato/sample/sample.hpp"
 #include "barato/spec/spec.hpp"
+#include "barato/batch/batch.hpp"
