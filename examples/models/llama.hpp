@@ -36,8 +36,10 @@
 
 #include "barato/attention/attend.hpp"
 #include "barato/attention/rope.hpp"
+#include "barato/batch/token_batch.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
+#include "barato/core/parallel.hpp"
 #include "barato/core/token.hpp"
 #include "barato/kv/cache_policy.hpp"
 #include "barato/kv/contiguous.hpp"
@@ -77,6 +79,146 @@ struct LlamaOptions {
 /// Called after each layer with the residual stream h ([n, dim] for the n tokens of the current chunk).
 using ResidualObserver = std::function<void(std::size_t layer, std::span<const float> h)>;
 
+namespace detail {
+
+/// The decoder's arithmetic over a block of token rows that belong to one or more sequences: the
+/// weights, the RoPE table and the activation buffers ([max_rows, ·], allocated at construction).
+/// `Llama` runs it with one segment (its own sequence); `BatchedLlama` (models/llama_batch.hpp) with one
+/// segment per sequence of a step. Every per-row operation (embedding, RMSNorm, the projections —
+/// batch-invariant by the LinearLayer contract —, SwiGLU, residual adds) and every per-segment one
+/// (RoPE at the segment's positions, append, attention over the segment's own cache) is the same code
+/// whichever other rows share the block, so a sequence's results do not depend on its batch.
+template <barato::nn::LinearLayer Linear>
+class LlamaStack {
+ public:
+  LlamaStack(const LlamaWeights<Linear>& w, std::size_t max_rows, std::size_t max_positions, std::pmr::memory_resource* mr)
+      : w_(&w), cfg_(w.config), rows_(std::max<std::size_t>(max_rows, 1)),
+        rope_(cfg_.head_dim, max_positions != 0 ? max_positions : cfg_.seq_len,
+              barato::attention::RopeConfig{cfg_.rope_base, cfg_.rope_style, 0}, mr),
+        x_(rows_ * cfg_.dim, mr), xn_(rows_ * cfg_.dim, mr), q_(rows_ * cfg_.q_dim(), mr), k_(rows_ * cfg_.kv_dim(), mr),
+        v_(rows_ * cfg_.kv_dim(), mr), att_(rows_ * cfg_.q_dim(), mr), o_(rows_ * cfg_.dim, mr),
+        h1_(rows_ * cfg_.hidden_dim, mr), h3_(rows_ * cfg_.hidden_dim, mr) {}
+
+  [[nodiscard]] const LlamaConfig& config() const noexcept { return cfg_; }
+  [[nodiscard]] const LlamaWeights<Linear>& weights() const noexcept { return *w_; }
+  [[nodiscard]] std::size_t max_rows() const noexcept { return rows_; }
+  [[nodiscard]] std::size_t max_positions() const noexcept { return rope_.max_pos(); }
+
+  /// Embeds `tokens` (≤ max_rows; ids checked by the caller) and runs every layer. `segs` partition the
+  /// rows: segment s is rows [s.row0, s.row0 + s.rows) at positions s.pos …, and
+  /// `cache_of(segment_index, layer)` returns that segment's cache for the layer (a kv::CachePolicy
+  /// reference or value). Leaves the residual stream in rows [0, n) of x. `observer` (may be empty)
+  /// sees the stream after each layer. `threads`: matrix products over all rows; attention over
+  /// segments when there are several (one thread each), else over KV heads — same results either way.
+  template <class CacheOf>
+  void run(std::span<const Token> tokens, std::span<const barato::batch::Segment> segs, CacheOf&& cache_of, int threads,
+           const ResidualObserver& observer = {}) {
+    const std::size_t m = tokens.size(), d = cfg_.dim;
+    const Activations a = activations(m);
+    for (std::size_t t = 0; t < m; ++t)
+      std::ranges::copy(w_->token_embedding.row(static_cast<std::size_t>(tokens[t]), d), a.x.subspan(t * d, d).begin());
+    for (std::size_t l = 0; l < cfg_.n_layers; ++l) {
+      layer(w_->layers[l], l, a, segs, cache_of, threads);
+      if (observer) observer(l, a.x);
+    }
+  }
+
+  /// logits [k, vocab] = classifier(RMSNorm(x rows `rows`)) for k = rows.size() rows of the stream.
+  void classify(std::span<const std::size_t> rows, std::span<float> logits, int threads) {
+    const std::size_t d = cfg_.dim, k = rows.size();
+    const std::span<float> xn = xn_.rows(k, d);
+    for (std::size_t i = 0; i < k; ++i) barato::nn::rms_norm(x_.row(rows[i], d), w_->rms_final.span(), xn.subspan(i * d, d), cfg_.norm_eps);
+    project(w_->classifier, xn, logits, threads);
+  }
+  /// The same for the consecutive rows [r0, r0 + k).
+  void classify_range(std::size_t r0, std::size_t k, std::span<float> logits, int threads) {
+    const std::size_t d = cfg_.dim;
+    const std::span<float> xn = xn_.rows(k, d);
+    barato::nn::rms_norm(x_.span().subspan(r0 * d, k * d), w_->rms_final.span(), xn, cfg_.norm_eps);
+    project(w_->classifier, xn, logits, threads);
+  }
+
+ private:
+  /// The activation buffers' first m rows (one row per token), as spans; shapes as the members below.
+  struct Activations {
+    std::span<float> x, xn, q, k, v, att, o, h1, h3;
+  };
+  [[nodiscard]] Activations activations(std::size_t m) noexcept {
+    const std::size_t d = cfg_.dim, qd = cfg_.q_dim(), kd = cfg_.kv_dim(), hd = cfg_.hidden_dim;
+    return {.x = x_.rows(m, d), .xn = xn_.rows(m, d), .q = q_.rows(m, qd), .k = k_.rows(m, kd), .v = v_.rows(m, kd),
+            .att = att_.rows(m, qd), .o = o_.rows(m, d), .h1 = h1_.rows(m, hd), .h3 = h3_.rows(m, hd)};
+  }
+
+  /// One decoder layer over the rows of `a`: projections over all rows at once, then RoPE, append and
+  /// attention per segment, then the rest over all rows.
+  template <class CacheOf>
+  void layer(const LlamaLayerWeights<Linear>& w, std::size_t l, const Activations& a,
+             std::span<const barato::batch::Segment> segs, CacheOf& cache_of, int threads) {
+    namespace nn = barato::nn;
+    const std::size_t qd = cfg_.q_dim(), kd = cfg_.kv_dim();
+    // Attention block: xn = RMSNorm(x); q, k, v; per segment: RoPE, append, attend; x += Wo·att.
+    nn::rms_norm(a.x, w.rms_att.span(), a.xn, cfg_.norm_eps);
+    project(w.wq, a.xn, a.q, threads);
+    project(w.wk, a.xn, a.k, threads);
+    project(w.wv, a.xn, a.v, threads);
+    auto one = [&](std::size_t i, int attn_threads) {
+      const barato::batch::Segment& s = segs[i];
+      const auto q = a.q.subspan(s.row0 * qd, s.rows * qd), k = a.k.subspan(s.row0 * kd, s.rows * kd);
+      rope_.apply(q, k, cfg_.heads(), s.pos);
+      auto&& cache = cache_of(i, l);
+      cache.append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
+      barato::attention::attend(q, cache, cfg_.heads(), a.att.subspan(s.row0 * qd, s.rows * qd), {.threads = attn_threads});
+    };
+    if (segs.size() == 1 || threads <= 1) {
+      for (std::size_t i = 0; i < segs.size(); ++i) one(i, threads);
+    } else {  // appends to distinct sequences' caches (a pool's appends are not thread-safe: serialised)
+      for (std::size_t i = 0; i < segs.size(); ++i) {
+        const barato::batch::Segment& s = segs[i];
+        const auto q = a.q.subspan(s.row0 * qd, s.rows * qd), k = a.k.subspan(s.row0 * kd, s.rows * kd);
+        rope_.apply(q, k, cfg_.heads(), s.pos);
+        cache_of(i, l).append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
+      }
+      barato::parallel_for(segs.size(), threads, [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t i = lo; i < hi; ++i) {
+          const barato::batch::Segment& s = segs[i];
+          barato::attention::attend(a.q.subspan(s.row0 * qd, s.rows * qd), cache_of(i, l), cfg_.heads(),
+                                    a.att.subspan(s.row0 * qd, s.rows * qd), {.threads = 1});
+        }
+      });
+    }
+    project(w.wo, a.att, a.o, threads);
+    nn::add_inplace(a.x, a.o);
+    // FFN block: xn = RMSNorm(x); x += W2 (silu(W1 xn) ⊙ W3 xn).
+    nn::rms_norm(a.x, w.rms_ffn.span(), a.xn, cfg_.norm_eps);
+    project(w.w1, a.xn, a.h1, threads);
+    project(w.w3, a.xn, a.h3, threads);
+    nn::swiglu(a.h1, a.h3);
+    project(w.w2, a.h1, a.o, threads);
+    nn::add_inplace(a.x, a.o);
+  }
+
+  /// y [m, rows] = x [m, cols] · Wᵀ: one product for the m rows (m = 1 is the GEMV, bitwise).
+  static void project(const Linear& w, std::span<const float> x, std::span<float> y, int threads) {
+    w.apply_batch(x, y, x.size() / w.cols(), threads);
+  }
+
+  const LlamaWeights<Linear>* w_;
+  LlamaConfig cfg_;
+  std::size_t rows_;
+  barato::attention::RopeTable rope_;  // cos/sin [max_positions, head_dim/2]
+  barato::Buffer<float> x_;    // [rows, dim] residual stream
+  barato::Buffer<float> xn_;   // [rows, dim] normalised
+  barato::Buffer<float> q_;    // [rows, n_heads, head_dim]
+  barato::Buffer<float> k_;    // [rows, n_kv_heads, head_dim]
+  barato::Buffer<float> v_;    // [rows, n_kv_heads, head_dim]
+  barato::Buffer<float> att_;  // [rows, n_heads, head_dim]
+  barato::Buffer<float> o_;    // [rows, dim]
+  barato::Buffer<float> h1_;   // [rows, hidden_dim] gate, then silu(gate) ⊙ up
+  barato::Buffer<float> h3_;   // [rows, hidden_dim] up
+};
+
+}  // namespace detail
+
 /// A Llama decoder bound to one sequence and its per-layer caches. Satisfies `spec::StepModel`.
 /// The weights are not owned (or shared through a shared_ptr); they must outlive the model.
 template <barato::kv::CachePolicy Cache, barato::nn::LinearLayer Linear = barato::nn::DenseLinear>
@@ -88,14 +230,8 @@ class Llama {
   /// Binds `weights` and one cache per layer (all empty or all of the same size; `n_kv_heads` ×
   /// `head_dim` as in the config). Throws `barato::shape_error` on any mismatch.
   Llama(const LlamaWeights<Linear>& weights, std::vector<Cache> caches, const LlamaOptions& opt = {})
-      : w_(&weights), caches_(std::move(caches)), opt_(opt), cfg_(weights.config),
-        rope_(cfg_.head_dim, opt.max_positions != 0 ? opt.max_positions : cfg_.seq_len,
-              barato::attention::RopeConfig{cfg_.rope_base, cfg_.rope_style, 0}, opt.mr),
-        chunk_(chunk_for(opt.max_chunk, caches_)),
-        x_(chunk_ * cfg_.dim, opt.mr), xn_(chunk_ * cfg_.dim, opt.mr), q_(chunk_ * cfg_.q_dim(), opt.mr),
-        k_(chunk_ * cfg_.kv_dim(), opt.mr), v_(chunk_ * cfg_.kv_dim(), opt.mr), att_(chunk_ * cfg_.q_dim(), opt.mr),
-        o_(chunk_ * cfg_.dim, opt.mr), h1_(chunk_ * cfg_.hidden_dim, opt.mr), h3_(chunk_ * cfg_.hidden_dim, opt.mr) {
-    detail::check_weights(weights);
+      : caches_(std::move(caches)), opt_(opt), cfg_(weights.config), chunk_(chunk_for(opt.max_chunk, caches_)),
+        stack_(checked(weights), chunk_, opt.max_positions, opt.mr) {
     barato::require(caches_.size() == cfg_.n_layers, "Llama: ", caches_.size(), " caches, expected one per layer (",
                     cfg_.n_layers, ")");
     for (std::size_t i = 0; i < caches_.size(); ++i) {
@@ -104,6 +240,7 @@ class Llama {
                       cfg_.n_kv_heads, " of ", cfg_.head_dim);
       barato::require(caches_[i].size() == caches_[0].size(), "Llama: caches hold different numbers of positions");
     }
+    barato::warm_threads(opt_.threads);  // the first request is not charged the thread team's start-up
   }
   /// Same, sharing ownership of the weights.
   Llama(std::shared_ptr<const LlamaWeights<Linear>> weights, std::vector<Cache> caches, const LlamaOptions& opt = {})
@@ -115,13 +252,13 @@ class Llama {
   Llama& operator=(Llama&&) noexcept = default;
 
   [[nodiscard]] const LlamaConfig& config() const noexcept { return cfg_; }
-  [[nodiscard]] const LlamaWeights<Linear>& weights() const noexcept { return *w_; }
+  [[nodiscard]] const LlamaWeights<Linear>& weights() const noexcept { return stack_.weights(); }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return cfg_.vocab_size; }
   /// Positions processed so far (the caches' length).
   [[nodiscard]] std::size_t size() const noexcept { return caches_.front().size(); }
   /// Largest size(): the RoPE table, and the caches' capacity when the policy reports one.
   [[nodiscard]] std::size_t capacity() const noexcept {
-    std::size_t c = rope_.max_pos();
+    std::size_t c = stack_.max_positions();
     if constexpr (requires(const Cache& k) { { k.capacity() } -> std::convertible_to<std::size_t>; })
       for (const auto& k : caches_) c = std::min<std::size_t>(c, k.capacity());
     return c;
@@ -137,7 +274,10 @@ class Llama {
   }
   [[nodiscard]] std::size_t max_chunk() const noexcept { return chunk_; }
   [[nodiscard]] int threads() const noexcept { return opt_.threads; }
-  void set_threads(int threads) noexcept { opt_.threads = threads; }
+  void set_threads(int threads) {
+    opt_.threads = threads;
+    barato::warm_threads(threads);
+  }
 
   /// Installs (or, with an empty function, removes) the residual-stream observer.
   void set_observer(ResidualObserver f) { observer_ = std::move(f); }
@@ -154,7 +294,7 @@ class Llama {
       for (std::size_t t0 = 0; t0 < n; t0 += chunk_) {
         const std::size_t m = std::min(chunk_, n - t0);
         layers(tokens.subspan(t0, m));
-        classify(x_.rows(m, cfg_.dim), logits.subspan(t0 * vocab, m * vocab));
+        stack_.classify_range(0, m, logits.subspan(t0 * vocab, m * vocab), opt_.threads);
       }
     });
   }
@@ -171,7 +311,7 @@ class Llama {
         m = std::min(chunk_, n - t0);
         layers(tokens.subspan(t0, m));
       }
-      classify(x_.row(m - 1, cfg_.dim), logits_last);  // the last token of the last chunk
+      stack_.classify_range(m - 1, 1, logits_last, opt_.threads);  // the last token of the last chunk
     });
   }
 
@@ -186,59 +326,16 @@ class Llama {
   }
 
  private:
-  /// The activation buffers' first m rows (one row per token), as spans; shapes as the members below.
-  struct Activations {
-    std::span<float> x, xn, q, k, v, att, o, h1, h3;
-  };
+  static const LlamaWeights<Linear>& checked(const LlamaWeights<Linear>& w) {
+    detail::check_weights(w);
+    return w;
+  }
 
-  /// Embeds tokens (m ≤ chunk) at positions size() … size()+m−1 and runs every layer, one call per
-  /// layer; leaves the residual stream in x_ [m, dim].
+  /// Runs tokens (m ≤ chunk) at positions size() … size()+m−1 through every layer: one segment.
   void layers(std::span<const Token> tokens) {
-    const std::size_t m = tokens.size(), d = cfg_.dim, qd = cfg_.q_dim(), kd = cfg_.kv_dim(), hd = cfg_.hidden_dim;
-    const std::size_t pos = size();
-    const Activations a{.x = x_.rows(m, d), .xn = xn_.rows(m, d), .q = q_.rows(m, qd), .k = k_.rows(m, kd),
-                        .v = v_.rows(m, kd), .att = att_.rows(m, qd), .o = o_.rows(m, d), .h1 = h1_.rows(m, hd),
-                        .h3 = h3_.rows(m, hd)};
-    for (std::size_t t = 0; t < m; ++t)
-      std::ranges::copy(w_->token_embedding.row(static_cast<std::size_t>(tokens[t]), d), a.x.subspan(t * d, d).begin());
-    for (std::size_t l = 0; l < cfg_.n_layers; ++l) {
-      layer(w_->layers[l], caches_[l], a, pos);
-      if (observer_) observer_(l, a.x);
-    }
-  }
-
-  /// One decoder layer over the m tokens of `a` at positions pos … pos+m−1.
-  void layer(const LlamaLayerWeights<Linear>& w, Cache& cache, const Activations& a, std::size_t pos) {
-    namespace nn = barato::nn;
-    // Attention block: xn = RMSNorm(x); q, k, v; RoPE; append; attend; x += Wo·att.
-    nn::rms_norm(a.x, w.rms_att.span(), a.xn, cfg_.norm_eps);
-    project(w.wq, a.xn, a.q);
-    project(w.wk, a.xn, a.k);
-    project(w.wv, a.xn, a.v);
-    rope_.apply(a.q, a.k, cfg_.heads(), pos);
-    cache.append(a.k, a.v);
-    barato::attention::attend(a.q, cache, cfg_.heads(), a.att, {.threads = opt_.threads});
-    project(w.wo, a.att, a.o);
-    nn::add_inplace(a.x, a.o);
-    // FFN block: xn = RMSNorm(x); x += W2 (silu(W1 xn) ⊙ W3 xn).
-    nn::rms_norm(a.x, w.rms_ffn.span(), a.xn, cfg_.norm_eps);
-    project(w.w1, a.xn, a.h1);
-    project(w.w3, a.xn, a.h3);
-    nn::swiglu(a.h1, a.h3);
-    project(w.w2, a.h1, a.o);
-    nn::add_inplace(a.x, a.o);
-  }
-
-  /// logits [k, vocab] = classifier(RMSNorm(x)) for the k rows of x ([k, dim], rows of x_).
-  void classify(std::span<const float> x, std::span<float> logits) {
-    const std::span<float> xn = xn_.rows(x.size() / cfg_.dim, cfg_.dim);
-    barato::nn::rms_norm(x, w_->rms_final.span(), xn, cfg_.norm_eps);
-    project(w_->classifier, xn, logits);
-  }
-
-  /// y [m, rows] = x [m, cols] · Wᵀ: one product for the m tokens (m = 1 is the GEMV, bitwise).
-  void project(const Linear& w, std::span<const float> x, std::span<float> y) const {
-    w.apply_batch(x, y, x.size() / w.cols(), opt_.threads);
+    const barato::batch::Segment seg{.chunk = 0, .row0 = 0, .rows = tokens.size(), .pos = size()};
+    stack_.run(tokens, {&seg, 1}, [&](std::size_t, std::size_t l) -> Cache& { return caches_[l]; }, opt_.threads,
+               observer_);
   }
 
   /// Validates `tokens` (n > 0, ids in the vocabulary, room up to capacity()), then runs `body`. On
@@ -270,22 +367,12 @@ class Llama {
     return c;
   }
 
-  const LlamaWeights<Linear>* w_;
   std::shared_ptr<const LlamaWeights<Linear>> owner_;  // set when constructed from a shared_ptr
   std::vector<Cache> caches_;                          // [n_layers]
   LlamaOptions opt_;
   LlamaConfig cfg_;
-  barato::attention::RopeTable rope_;  // cos/sin [max_positions, head_dim/2]
   std::size_t chunk_;
-  barato::Buffer<float> x_;    // [chunk, dim] residual stream
-  barato::Buffer<float> xn_;   // [chunk, dim] normalised
-  barato::Buffer<float> q_;    // [chunk, n_heads, head_dim]
-  barato::Buffer<float> k_;    // [chunk, n_kv_heads, head_dim]
-  barato::Buffer<float> v_;    // [chunk, n_kv_heads, head_dim]
-  barato::Buffer<float> att_;  // [chunk, n_heads, head_dim]
-  barato::Buffer<float> o_;    // [chunk, dim]
-  barato::Buffer<float> h1_;   // [chunk, hidden_dim] gate, then silu(gate) ⊙ up
-  barato::Buffer<float> h3_;   // [chunk, hidden_dim] up
+  detail::LlamaStack<Linear> stack_;
   ResidualObserver observer_;
 };
 

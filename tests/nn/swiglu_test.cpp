@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "support/nn_reference.hpp"
@@ -51,4 +52,27 @@ TEST_CASE("swiglu rejects mismatched sizes") {
   CHECK_THROWS_AS(nn::swiglu(g, u, h), shape_error);
   CHECK_THROWS_AS(nn::swiglu(g, u4, h3), shape_error);
   CHECK_THROWS_AS(nn::swiglu(g, u), shape_error);
+}
+
+TEST_CASE("swiglu is batch-invariant: h[i] depends on g[i], u[i] only, not on i or the length") {
+  // a row of a block of rows must get the bits it gets alone, wherever the SIMD tail falls
+  std::vector<float> g(173), u(173);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    g[i] = std::sin(0.37f * static_cast<float>(i)) * 6.0f;
+    u[i] = std::cos(0.11f * static_cast<float>(i));
+  }
+  std::vector<float> all(g.size());
+  nn::swiglu(g, u, all);
+  for (std::size_t off : {0u, 1u, 5u, 16u, 17u, 100u})
+    for (std::size_t len : {1u, 3u, 15u, 16u, 33u, 72u}) {
+      if (off + len > g.size()) continue;
+      std::vector<float> h(len);
+      nn::swiglu(std::span<const float>(g).subspan(off, len), std::span<const float>(u).subspan(off, len), h);
+      for (std::size_t i = 0; i < len; ++i) {
+        CAPTURE(off);
+        CAPTURE(len);
+        CAPTURE(i);
+        CHECK(h[i] == all[off + i]);  // exact
+      }
+    }
 }

@@ -16,7 +16,9 @@ namespace barato::nn {
 /// silu(g) = g / (1 + e^(−g)) for one value (the scalar form used by the tails).
 [[nodiscard]] inline float silu(float g) noexcept { return g / (1.0f + std::exp(-g)); }
 
-/// h[i] = silu(g[i]) · u[i]. h may alias g or u exactly. O(n), allocates nothing.
+/// h[i] = silu(g[i]) · u[i]. h may alias g or u exactly. O(n), allocates nothing. Every element goes
+/// through the same vector code (the tail zero-padded), so h[i] is a function of (g[i], u[i]) alone —
+/// not of i or n: a row of a batched block gets the bits it gets alone (batch invariance).
 /// Throws `shape_error` when the three sizes differ.
 template <class Arch = simd::DefaultArch>
 inline void swiglu(std::span<const float> g, std::span<const float> u, std::span<float> h) {
@@ -32,7 +34,16 @@ inline void swiglu(std::span<const float> g, std::span<const float> u, std::span
     const B uv = B::load_unaligned(u.data() + i);
     (gv / (one + xsimd::exp(-gv)) * uv).store_unaligned(h.data() + i);
   }
-  for (; i < n; ++i) h[i] = silu(g[i]) * u[i];
+  if (i < n) {  // the tail through the same vector code (zero-padded), so h[i] depends on g[i], u[i] only
+    alignas(64) float gt[W] = {}, ut[W] = {}, ht[W];
+    for (std::size_t k = i; k < n; ++k) {
+      gt[k - i] = g[k];
+      ut[k - i] = u[k];
+    }
+    const B gv = B::load_aligned(gt);
+    (gv / (one + xsimd::exp(-gv)) * B::load_aligned(ut)).store_aligned(ht);
+    for (std::size_t k = i; k < n; ++k) h[k] = ht[k - i];
+  }
 }
 
 /// In-place form: g ← silu(g) ⊙ u.
