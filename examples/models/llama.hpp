@@ -91,6 +91,9 @@ namespace detail {
 template <barato::nn::LinearLayer Linear>
 class LlamaStack {
  public:
+  /// Attention multiply-adds per thread below which a step's attention runs on fewer threads.
+  static constexpr std::size_t kMinAttentionWork = std::size_t{1} << 16;
+
   LlamaStack(const LlamaWeights<Linear>& w, std::size_t max_rows, std::size_t max_positions, std::pmr::memory_resource* mr)
       : w_(&w), cfg_(w.config), rows_(std::max<std::size_t>(max_rows, 1)),
         rope_(cfg_.head_dim, max_positions != 0 ? max_positions : cfg_.seq_len,
@@ -169,8 +172,14 @@ class LlamaStack {
       cache.append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
       barato::attention::attend(q, cache, cfg_.heads(), a.att.subspan(s.row0 * qd, s.rows * qd), {.threads = attn_threads});
     };
-    if (segs.size() == 1 || threads <= 1) {
-      for (std::size_t i = 0; i < segs.size(); ++i) one(i, threads);
+    // threads only where the work pays for them (a decode over a short cache is a few µs: waking a
+    // second thread costs about as much), so two threads are never slower than one
+    std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v)
+    for (const auto& s : segs) work += 2 * s.rows * (s.pos + s.rows) * qd;
+    const int useful = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)),
+                                                              std::max<std::size_t>(work / kMinAttentionWork, 1)));
+    if (segs.size() == 1 || useful <= 1) {
+      for (std::size_t i = 0; i < segs.size(); ++i) one(i, useful);
     } else {  // appends to distinct sequences' caches (a pool's appends are not thread-safe: serialised)
       for (std::size_t i = 0; i < segs.size(); ++i) {
         const barato::batch::Segment& s = segs[i];
@@ -178,7 +187,7 @@ class LlamaStack {
         rope_.apply(q, k, cfg_.heads(), s.pos);
         cache_of(i, l).append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
       }
-      barato::parallel_for(segs.size(), threads, [&](std::size_t lo, std::size_t hi) {
+      barato::parallel_for(segs.size(), useful, [&](std::size_t lo, std::size_t hi) {
         for (std::size_t i = lo; i < hi; ++i) {
           const barato::batch::Segment& s = segs[i];
           barato::attention::attend(a.q.subspan(s.row0 * qd, s.rows * qd), cache_of(i, l), cfg_.heads(),
