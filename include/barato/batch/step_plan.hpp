@@ -43,6 +43,8 @@ struct StepPlan {
   std::size_t prefill_tokens = 0;        ///< Σ tokens of the prefill chunks
   std::size_t context_tokens = 0;        ///< Σ over chunks of pos + tokens.size() (what attention reads)
   std::size_t logits_rows = 0;           ///< chunks with wants_logits (rows of the executor's logits)
+  std::size_t padding_slots = 0;         ///< slots held by finished requests (static batching): no chunk, but
+                                         ///< a static-shape executor runs a row for each; cost models charge them
 
   /// Total tokens in the step (decode + prefill): what goes through the projections as one product.
   [[nodiscard]] std::size_t tokens() const noexcept { return decode_tokens + prefill_tokens; }
