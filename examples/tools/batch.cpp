@@ -202,16 +202,16 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
                "%.1f tokens/s, %.2f tokens/step; latency mean %.1f / p50 %.1f / p99 %.1f ms; TTFT mean %.1f / p50 %.1f / p99 "
                "%.1f ms; %zu preemptions, %zu prefix-hit tokens\n",
                a.policy.c_str(), a.slots, a.token_budget, a.prefill_chunk, s.requests, s.rejected + (run.reqs.size() - index_of.size()),
-               s.steps, s.seconds * 1e3, s.tokens, s.tokens_per_second, s.tokens_per_step, s.latency.mean * 1e3, s.latency.p50 * 1e3,
-               s.latency.p99 * 1e3, s.ttft.mean * 1e3, s.ttft.p50 * 1e3, s.ttft.p99 * 1e3, s.preemptions, s.prefix_hit_tokens);
+               s.steps, s.seconds * 1e3, s.tokens, s.tokens_per_second, s.tokens_per_step, s.latency_seconds.mean * 1e3, s.latency_seconds.p50 * 1e3,
+               s.latency_seconds.p99 * 1e3, s.ttft_seconds.mean * 1e3, s.ttft_seconds.p50 * 1e3, s.ttft_seconds.p99 * 1e3, s.preemptions, s.prefix_hit_tokens);
   if (!a.summary_json.empty()) {
     JsonObject o;
     o.add("policy", a.policy).add("slots", a.slots).add("token_budget", a.token_budget).add("prefill_chunk", a.prefill_chunk)
         .add("requests", s.requests).add("rejected", s.rejected + (run.reqs.size() - index_of.size())).add("steps", s.steps)
         .add("seconds", s.seconds).add("tokens", s.tokens).add("tokens_per_second", s.tokens_per_second)
-        .add("tokens_per_step", s.tokens_per_step).add("latency_mean_ms", s.latency.mean * 1e3)
-        .add("latency_p50_ms", s.latency.p50 * 1e3).add("latency_p99_ms", s.latency.p99 * 1e3)
-        .add("ttft_mean_ms", s.ttft.mean * 1e3).add("ttft_p50_ms", s.ttft.p50 * 1e3).add("ttft_p99_ms", s.ttft.p99 * 1e3)
+        .add("tokens_per_step", s.tokens_per_step).add("latency_mean_ms", s.latency_seconds.mean * 1e3)
+        .add("latency_p50_ms", s.latency_seconds.p50 * 1e3).add("latency_p99_ms", s.latency_seconds.p99 * 1e3)
+        .add("ttft_mean_ms", s.ttft_seconds.mean * 1e3).add("ttft_p50_ms", s.ttft_seconds.p50 * 1e3).add("ttft_p99_ms", s.ttft_seconds.p99 * 1e3)
         .add("preemptions", s.preemptions).add("prefix_hit_tokens", s.prefix_hit_tokens);
     std::ofstream out(a.summary_json);
     barato::require<barato::io_error>(static_cast<bool>(out), "cannot write ", a.summary_json);

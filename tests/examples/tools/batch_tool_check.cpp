@@ -1,0 +1,165 @@
+// Tests of the barato_batch tool (examples/tools/batch.cpp), run as a program: with temperature 0
+// every request's generated_ids equal llama2.c run.c's reference ids, under static and continuous
+// batching, several slot counts, token budgets and prefill chunks, a pool small enough to force
+// preemption, two threads and per-slot contiguous caches; a request that cannot fit gets an error line
+// while the others proceed; a malformed request file exits 2 naming FILE:LINE.
+// Built by examples/CMakeLists.txt (it needs the tool); BARATO_BATCH_TOOL is the tool's path.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+#include "support/data.hpp"
+#include "support/reference_file.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result run_tool(const std::string& flags) {
+  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  fs::create_directories(dir);
+  const std::string cmd = std::string(BARATO_BATCH_TOOL) + " " + flags + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
+  const int rc = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  return r;
+}
+
+/// The value of "key": in one JSON output line (a string's raw text, a number, or an array's text).
+std::string field(const std::string& line, const std::string& key) {
+  const auto k = line.find("\"" + key + "\": ");
+  if (k == std::string::npos) return "";
+  std::size_t b = k + key.size() + 4;
+  if (line[b] == '[') return line.substr(b + 1, line.find(']', b) - b - 1);
+  if (line[b] == '"') {
+    std::size_t e = b + 1;
+    while (e < line.size() && !(line[e] == '"' && line[e - 1] != '\\')) ++e;
+    return line.substr(b + 1, e - b - 1);
+  }
+  return line.substr(b, line.find_first_of(",}", b) - b);
+}
+
+std::vector<int> ints(const std::string& csv) {
+  std::vector<int> v;
+  std::stringstream s(csv);
+  std::string x;
+  while (std::getline(s, x, ',')) v.push_back(std::stoi(x));
+  return v;
+}
+
+/// id → output line.
+std::map<std::string, std::string> by_id(const std::string& out) {
+  std::map<std::string, std::string> m;
+  std::stringstream s(out);
+  std::string line;
+  while (std::getline(s, line))
+    if (!line.empty()) m[field(line, "id")] = line;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot count, budget, pool size and thread count") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  fs::create_directories(dir);
+  // the reference prompts (run.c -n 200: 200 − prompt + 1 generated tokens), plus requests that share
+  // a long prefix (prefix hits) and arrive later
+  std::vector<barato::test::ReferenceFile> refs;
+  std::ofstream req(dir / "reqs.jsonl");
+  for (const auto& e : fs::directory_iterator(data / "stories260K/reference")) {
+    if (e.path().extension() != ".txt") continue;
+    refs.push_back(barato::test::read_reference_file(e.path()));
+    const auto& r = refs.back();
+    req << "{\"id\": \"ref" << refs.size() << "\", \"prompt\": " << r.at("prompt_json")
+        << ", \"max_tokens\": " << std::stoi(r.at("steps")) - std::stoi(r.at("n_prompt_ids")) + 1 << ", \"arrival\": " << refs.size() - 1
+        << "}\n";
+  }
+  REQUIRE(refs.size() >= 2);
+  const std::string shared = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun";
+  for (int i = 0; i < 4; ++i)
+    req << "{\"id\": \"s" << i << "\", \"prompt\": \"" << shared << (i % 2 ? " with her dog" : " and the park") << "\", \"max_tokens\": "
+        << 40 + 30 * i << ", \"arrival\": " << 2 * i << "}\n";
+  req << "{\"id\": \"too_long\", \"prompt_ids\": [1";
+  for (int i = 0; i < 600; ++i) req << ", 300";
+  req << "], \"max_tokens\": 4}\n";
+  req.close();
+
+  const std::string base = "--requests " + (dir / "reqs.jsonl").string() + " --model " + (data / "stories260K/stories260K.bin").string() +
+                           " --tokenizer " + (data / "stories260K/tok512.bin").string();
+  const std::vector<std::string> configs = {
+      "--policy continuous --slots 4 --token-budget 64 --prefill-chunk 16",
+      "--policy static --slots 3",
+      "--policy continuous --slots 1 --token-budget 8 --prefill-chunk 8",
+      "--policy continuous --slots 3 --pool-tokens 320 --kv paged:16",   // forces preemption
+      "--policy static --slots 2 --pool-tokens 256 --kv paged:8",
+      "--policy continuous --slots 6 --threads 2",
+      "--policy continuous --slots 3 --kv contiguous",
+  };
+  std::map<std::string, std::string> first;  // id → generated_ids under the first config
+  std::size_t preempted_runs = 0, hit_runs = 0;
+  for (const auto& c : configs) {
+    CAPTURE(c);
+    const Result r = run_tool(base + " " + c);
+    CAPTURE(r.err);
+    REQUIRE(r.status == 0);
+    const auto out = by_id(r.out);
+    REQUIRE(out.size() == refs.size() + 5);
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const std::string& line = out.at("ref" + std::to_string(i + 1));
+      CHECK(ints(field(line, "generated_ids")) == refs[i].ids("generated_ids"));
+      CHECK(ints(field(line, "prompt_ids")) == refs[i].ids("prompt_ids"));
+    }
+    CHECK(field(out.at("too_long"), "error").find("context") != std::string::npos);
+    std::size_t pre = 0, hits = 0;
+    for (const auto& [id, line] : out) {
+      if (id == "too_long") continue;
+      if (first.count(id) == 0) first[id] = field(line, "generated_ids");
+      CHECK(field(line, "generated_ids") == first[id]);
+      pre += std::stoul(field(line, "preemptions"));
+      hits += std::stoul(field(line, "prefix_hit_tokens"));
+    }
+    preempted_runs += pre > 0;
+    hit_runs += hits > 0;
+    CHECK(r.err.find("batching") != std::string::npos);  // the summary
+  }
+  CHECK(preempted_runs >= 1);  // the small pools did preempt, and outputs were unchanged
+  CHECK(hit_runs >= 1);        // the shared prefix was reused somewhere
+}
+
+TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad flags exit 2") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  fs::create_directories(dir);
+  std::ofstream(dir / "bad.jsonl") << "{\"prompt\": \"a\", \"max_tokens\": 3}\n{\"prompt\": \"b\", \"max_tokens\": -3}\n";
+  const Result r = run_tool("--requests " + (dir / "bad.jsonl").string());
+  CHECK(r.status == 2);
+  CHECK(r.err.find((dir / "bad.jsonl").string() + ":2") != std::string::npos);
+  CHECK(r.out.empty());  // nothing ran
+  CHECK(run_tool("--requests " + (dir / "bad.jsonl").string() + " --policy greedy").status == 2);
+  CHECK(run_tool("--requests " + (dir / "missing.jsonl").string()).status == 1);
+}
