@@ -186,7 +186,7 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
     const std::span<float> rows(logits.data(), plan.logits_rows * exec.vocab_size());
     sched.complete(rows, exec.run(plan, rows));
     for (batch::RequestId id = 0; id < index_of.size(); ++id)
-      if (!printed[id] && sched.status(id) == batch::RequestStatus::finished) {
+      if (!printed[id] && (sched.status(id) == batch::RequestStatus::finished || sched.status(id) == batch::RequestStatus::rejected)) {
         printed[id] = true;
         ++finished;
         emit(id);

@@ -162,4 +162,13 @@ TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad 
   CHECK(r.out.empty());  // nothing ran
   CHECK(run_tool("--requests " + (dir / "bad.jsonl").string() + " --policy greedy").status == 2);
   CHECK(run_tool("--requests " + (dir / "missing.jsonl").string()).status == 1);
+  // a request larger than the whole pool gets an error line; the others proceed
+  std::ofstream(dir / "big.jsonl") << "{\"id\": \"small\", \"prompt\": \"Once\", \"max_tokens\": 8}\n"
+                                      "{\"id\": \"big\", \"prompt\": \"Once upon a time\", \"max_tokens\": 300}\n";
+  const Result b = run_tool("--requests " + (dir / "big.jsonl").string() + " --pool-tokens 64 --kv paged:16");
+  CHECK(b.status == 0);
+  const auto out = by_id(b.out);
+  REQUIRE(out.size() == 2);
+  CHECK(field(out.at("big"), "error").find("pool") != std::string::npos);
+  CHECK(ints(field(out.at("small"), "generated_ids")).size() == 8);
 }
