@@ -6,7 +6,8 @@
 ///
 /// TableCost charges a plan
 ///   decode(R) + prefill_tokens · prefill_token_seconds + context_tokens · context_token_seconds,
-/// where R = decode rows + padding slots (a static batch still runs a row per finished member) and
+/// where R = decode rows + padding slots (a static-shape executor still runs a row per finished member;
+/// `CostTable::charge_padding = false` for one that skips them) and
 /// decode(R) interpolates the measured (B, seconds) points linearly — clamped to the first point
 /// below it, extrapolated with the last segment's slope above it. A step that only prefills pays
 /// decode(1) for its one pass over the weights; an empty plan costs 0.
@@ -33,6 +34,8 @@ struct CostTable {
   std::vector<std::pair<std::size_t, double>> decode;  ///< (decode rows B ≥ 1, step seconds), B ascending
   double prefill_token_seconds = 0.0;                  ///< extra seconds per prefill token
   double context_token_seconds = 0.0;                  ///< extra seconds per context token attention reads
+  bool charge_padding = true;  ///< padding slots cost a decode row (a static-shape executor runs them);
+                               ///< false for an executor that skips finished members (barato's BatchedLlama)
 };
 
 /// The table-based cost model (see the file comment).
@@ -67,7 +70,7 @@ class TableCost {
   }
   /// Seconds charged for `plan`.
   [[nodiscard]] double seconds(const StepPlan& plan) const noexcept {
-    std::size_t rows = plan.decode_tokens + plan.padding_slots;
+    std::size_t rows = plan.decode_tokens + (t_.charge_padding ? plan.padding_slots : 0);
     if (rows == 0 && plan.prefill_tokens > 0) rows = 1;
     return decode_seconds(rows) + static_cast<double>(plan.prefill_tokens) * t_.prefill_token_seconds +
            static_cast<double>(plan.context_tokens) * t_.context_token_seconds;
