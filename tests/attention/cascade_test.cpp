@@ -157,13 +157,15 @@ TEST_CASE("decode_cascade with the whole cache shared (no suffix) and with nothi
   }
 }
 
-TEST_CASE("decode_cascade is bitwise per-sequence decode when the shared prefix is a multiple of the kernel chunk") {
-  // fixed-dim chunks: 64 rows at d = 64 and 32 rows at d = 128 (fp32); pages of 64 / 32 rows
+TEST_CASE("decode_cascade is bitwise per-sequence decode when the shared prefix is a multiple of the kernel chunk "
+          "(fewer than kCascadeStackMinHeads stacked heads: the shared pass is `accumulate` too)") {
+  // fixed-dim chunks: 64 rows at d = 64 and 32 rows at d = 128 (fp32); pages of 64 / 32 / 128 rows
   for (const auto& [d, B] : {std::pair<std::size_t, std::size_t>{64, 64}, {128, 32}, {64, 128}}) {
     CAPTURE(d);
     CAPTURE(B);
-    const attention::Heads heads{.n_q = 14, .n_kv = 2, .head_dim = d};
-    Step<float> st(heads, B, 3 * B + 5, {0, 7, 64, 100, 1});
+    const attention::Heads heads{.n_q = 6, .n_kv = 2, .head_dim = d};
+    Step<float> st(heads, B, 3 * B + 5, {0, 7});  // S·G = 6 stacked heads
+    static_assert(attention::kCascadeStackMinHeads > 6);
     std::size_t shared = 0;
     const auto got = st.cascade(1, &shared);
     CHECK(shared == 3 * B);
@@ -185,7 +187,8 @@ TEST_CASE("decode_cascade allocates nothing in a step") {
   const attention::Heads heads{.n_q = 14, .n_kv = 2, .head_dim = 64};
   Step<float> st(heads, 16, 256, {3, 0, 40, 17});
   attention::CascadeWorkspace ws(heads, 16);  // sized for more sequences than the step has
-  CHECK(ws.bytes() == 16 * 14 * (2 * 64 * sizeof(float) + sizeof(attention::PartialStats)));
+  // q and o [16, 14, 64], (m, l) [16, 14], transposed queries [2, 64, 16 · 7 = 112]
+  CHECK(ws.bytes() == 16 * 14 * (2 * 64 * sizeof(float) + sizeof(attention::PartialStats)) + 2 * 64 * 112 * sizeof(float));
   std::vector<float> out(st.q.size());
   for (const int threads : {1, 2}) {
     (void)attention::decode_cascade(st.q, st.pool, st.seqs, 0, heads, out, ws, {.threads = threads});  // warm-up

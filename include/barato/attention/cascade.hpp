@@ -10,9 +10,12 @@
 /// head h (the `threads` split over KV heads, as in `attend`):
 ///  1. the G query heads of h of every sequence are stacked into one query group of S·G heads
 ///     ([S·G, d], sequence-major, in the workspace);
-///  2. one `accumulate` over rows [0, P) of the shared pages folds all S·G heads: each chunk of K/V
-///     is read from memory once and from L1 for the other S·G − 1 heads (per-sequence decode reads
-///     it S times);
+///  2. one pass over rows [0, P) of the shared pages folds all S·G heads: each chunk of K/V is read
+///     from memory once and from L1 for the other heads (per-sequence decode reads it S times). With
+///     ≥ `kCascadeStackMinHeads` stacked heads, element pages and d = 64 / 128 this pass is the
+///     stacked-query kernel (attention/kernels/stacked.hpp: vectorised over heads, no horizontal
+///     reductions, fp32 FMA-bound — measured ~1.5× faster than `accumulate` on 112 stacked heads);
+///     otherwise it is `accumulate` with a query group of S·G heads;
 ///  3. per sequence s, `accumulate` over its own rows [P, n_s) continues s's G states. This is the
 ///     merge of the prefix state with the suffix state (attention/partial.hpp) done by the kernel's
 ///     online-softmax rescale, so no second buffer of states and no separate merge pass exist;
@@ -21,20 +24,27 @@
 /// K/V bytes read per KV head: (P + Σ_s (n_s − P)) rows instead of Σ_s n_s; the arithmetic is the
 /// same as S `decode` calls.
 ///
-/// **Rounding and tolerance.** Opt-in: only the rows where the online-softmax rescales can differ
-/// from per-sequence `attention::decode`. When P is a multiple of the kernel's chunk (fixed-dim
-/// kernel: 64 rows at d = 64, 32 at d = 128 fp32; whole pages of a multiple of the chunk size, e.g.
-/// B = 64 at d = 64), the states are bitwise those of `decode` (the suffix call starts where decode's
-/// next chunk starts); otherwise every output element is within `kCascadeRelTol` × max |v| of
-/// decode's (outputs are convex combinations of value rows, so max |v| over the cached values is
-/// their scale). Both are tested (tests/attention/cascade_test.cpp) for fp32 and fp16 pages and for
-/// int8 / int4 quantized pages.
+/// **Rounding and tolerance.** Opt-in, because the rounding differs from per-sequence
+/// `attention::decode`: the stacked kernel sums each dot product in another order, and the prefix and
+/// suffix meet at another online-softmax rescale. Every output element is within `kCascadeRelTol` ×
+/// max |v| of decode's (outputs are convex combinations of value rows, so max |v| over the cached
+/// values is their scale; measured worst ≈ 2·10⁻⁷ over the tests' cases). When the shared pass is
+/// `accumulate` (fewer than kCascadeStackMinHeads stacked heads, quantized pages, other d) and P is a
+/// multiple of the kernel's chunk (fixed-dim kernel: 64 rows at d = 64, 32 at d = 128 fp32), the
+/// result is bitwise decode's (the suffix call starts where decode's next chunk starts). Both are
+/// tested (tests/attention/cascade_test.cpp) for fp32 and fp16 pages and int8 / int4 quantized pages.
 ///
 /// **When the executor should choose it**: for a group of ≥ 2 decode sequences that share P ≥ one
 /// block (`group_shared_prefixes` finds such groups; the other decode sequences take plain
-/// `decode`). The saving is (S − 1)·P rows of K and V per KV head; the extra cost is a gather and a
-/// scatter of S·H_q·d floats. It pays when K/V reads, not arithmetic, bound the step: long shared
-/// prefixes, small G, pages not in the core's cache (bench_batching `Cascade` rows measure the ratio).
+/// `decode`). The saving is (S − 1)·P rows of K and V per KV head, and, with the stacked kernel,
+/// cheaper arithmetic on the shared rows; the extra cost is a gather, a transpose and a scatter of
+/// S·H_q·d floats. Measured (bench_batching `BM_cascade`, one core, fp32 pages, d = 64, 16 sequences
+/// × (2048 shared + 64 own)): 0.25–0.33× the per-sequence time at 8 query heads over 4 KV heads
+/// (G = 2: decode is bound by K/V reads), 0.5–0.55× at 14 over 2 (G = 7: decode already reuses each
+/// K/V row 7 times and both are bound by fp32 FMAs); 2–4 sequences sharing 256–2048 positions:
+/// 0.75–0.9×; fp16 pages (widened once per chunk by the stacked kernel): 0.36–0.39× at both head
+/// shapes, 0.47–0.7× for 2–4 sequences. It never measured slower, so choose it for every group that
+/// shares a block.
 /// A step allocates nothing: the stacked queries and states live in a `CascadeWorkspace` sized at
 /// construction for the most sequences a step will pass.
 
@@ -46,7 +56,9 @@
 
 #include "barato/attention/heads.hpp"
 #include "barato/attention/kernels/accumulate.hpp"
+#include "barato/attention/kernels/stacked.hpp"
 #include "barato/attention/partial.hpp"
+#include "barato/core/dtype.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/core/parallel.hpp"
@@ -60,6 +72,11 @@ namespace barato::attention {
 /// roundings (u ≈ 6·10⁻⁸) of each output element per rescale; 10⁻⁵ leaves headroom for contexts of
 /// thousands of positions and still fails on any real error (a dropped or doubled row is ≥ 10⁻³).
 inline constexpr double kCascadeRelTol = 1e-5;
+
+/// Fewest stacked query heads (S·G) for which the shared pass uses the stacked-query kernel
+/// (attention/kernels/stacked.hpp: vectorised over heads) instead of `accumulate` (vectorised over
+/// the head dimension); element pages with d = 64 or 128 only.
+inline constexpr std::size_t kCascadeStackMinHeads = 8;
 
 /// Leading positions of layer `layer` that every sequence of `seqs` reads from the same physical
 /// blocks: B · k for the largest k such that blocks 0 … k − 1 of every block table are identical and
@@ -95,12 +112,22 @@ class CascadeWorkspace {
   CascadeWorkspace(const Heads& heads, std::size_t max_seqs,
                    std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : heads_(validated(heads)), max_seqs_(checked_seqs(max_seqs)), q_(max_seqs * heads.q_dim(), mr),
-        o_(max_seqs * heads.q_dim(), mr), stats_(max_seqs * heads.n_q, mr) {}
+        qt_(heads.n_kv * heads.head_dim * padded(max_seqs * heads.group()), mr), o_(max_seqs * heads.q_dim(), mr),
+        stats_(max_seqs * heads.n_q, mr) {}
 
   [[nodiscard]] const Heads& heads() const noexcept { return heads_; }
   [[nodiscard]] std::size_t max_seqs() const noexcept { return max_seqs_; }
-  /// Bytes held from the memory resource: max_seqs · H_q · (2·d·4 + 8).
-  [[nodiscard]] std::size_t bytes() const noexcept { return q_.bytes() + o_.bytes() + stats_.bytes(); }
+  /// Bytes held from the memory resource: max_seqs · H_q · (2·d·4 + 8) + H_kv · d · gp · 4 with
+  /// gp = max_seqs · G rounded up to `detail::kStackedHeadPad`.
+  [[nodiscard]] std::size_t bytes() const noexcept { return q_.bytes() + qt_.bytes() + o_.bytes() + stats_.bytes(); }
+  /// S·G rounded up to `detail::kStackedHeadPad`: the row length of the transposed queries.
+  [[nodiscard]] static constexpr std::size_t padded(std::size_t heads) noexcept {
+    return (heads + detail::kStackedHeadPad - 1) / detail::kStackedHeadPad * detail::kStackedHeadPad;
+  }
+  /// Transposed, scaled stacked queries of KV head h for a step of S sequences: [d, padded(S·G)].
+  [[nodiscard]] float* qt(std::size_t h, std::size_t S) noexcept {
+    return qt_.data() + h * heads_.head_dim * padded(S * heads_.group());
+  }
   /// Stacked queries of KV head h for a step of S sequences: [S·G, d].
   [[nodiscard]] float* q(std::size_t h, std::size_t S) noexcept { return q_.data() + h * S * heads_.group() * heads_.head_dim; }
   /// Un-normalised outputs of KV head h for a step of S sequences: [S·G, d].
@@ -121,6 +148,7 @@ class CascadeWorkspace {
   Heads heads_;
   std::size_t max_seqs_;
   Buffer<float> q_;             // [H_kv, S·G, d] stacked queries
+  Buffer<float> qt_;            // [H_kv, d, padded(S·G)] the same, scaled and transposed (stacked kernel)
   Buffer<float> o_;             // [H_kv, S·G, d] un-normalised outputs
   Buffer<PartialStats> stats_;  // [H_kv, S·G]
 };
@@ -135,7 +163,7 @@ struct CascadeOptions {
 /// read once (file comment): q [S, H_q, d] holds each sequence's query of its newest position
 /// (append the step's K/V first), out [S, H_q, d] receives the attention outputs. Returns the shared
 /// positions P used (`shared_prefix_positions`). Results equal per-sequence `decode` within
-/// `kCascadeRelTol` · max |v| (bitwise when P is a multiple of the kernel chunk), for any thread
+/// `kCascadeRelTol` · max |v| (bitwise in the case the file comment names), for any thread
 /// count bitwise the same. Throws `shape_error` when heads do not match the pool or the workspace,
 /// for no sequences or more than `ws.max_seqs()`, a bad layer, a sequence with an empty cache, or
 /// q / out not S·H_q·d floats. Allocates nothing.
@@ -159,6 +187,8 @@ std::size_t decode_cascade(std::span<const float> q, const kv::PagedPool<T>& poo
   for (const kv::SeqId s : seqs)
     require(pool.size(s, layer) > 0, "attention::decode_cascade: sequence ", s, " has no positions in layer ", layer);
   const float scale = opt.scale.value_or(heads.default_scale());
+  const bool stacked = Element<T> && detail::has_fixed_dim_kernel<Arch>(d) && S * g >= kCascadeStackMinHeads;
+  const std::size_t gp = CascadeWorkspace::padded(S * g);
 
   parallel_for(heads.n_kv, opt.threads, [&](std::size_t h_lo, std::size_t h_hi) {
     for (std::size_t h = h_lo; h < h_hi; ++h) {
@@ -170,8 +200,23 @@ std::size_t decode_cascade(std::span<const float> q, const kv::PagedPool<T>& poo
       std::fill(st, st + S * g, PartialStats{});
       // 1. the shared pages, once, for every sequence's query heads
       if (P > 0) {
-        const QueryGroup all{.q = qs, .g = S * g, .d = d, .scale = scale, .o = os, .st = st};
-        pool.for_each_block(seqs[0], layer, h, [&](const auto& blk) { accumulate<Arch>(all, blk, 0, P); });
+        if (stacked) {
+          if constexpr (Element<T>) {
+            float* const qt = ws.qt(h, S);  // [d, gp]
+            for (std::size_t c = 0; c < d; ++c) {
+              for (std::size_t j = 0; j < S * g; ++j) qt[c * gp + j] = scale * qs[j * d + c];
+              std::fill(qt + c * gp + S * g, qt + (c + 1) * gp, 0.0f);
+            }
+            const detail::StackedQueries all{.qt = qt, .g = S * g, .gp = gp, .o = os, .st = st};
+            pool.for_each_block(seqs[0], layer, h, [&](const kv::PagedBlock<T>& blk) {
+              if (d == 64) detail::accumulate_stacked<64, Arch>(all, blk, 0, P);
+              else detail::accumulate_stacked<128, Arch>(all, blk, 0, P);
+            });
+          }
+        } else {
+          const QueryGroup all{.q = qs, .g = S * g, .d = d, .scale = scale, .o = os, .st = st};
+          pool.for_each_block(seqs[0], layer, h, [&](const auto& blk) { accumulate<Arch>(all, blk, 0, P); });
+        }
       }
       // 2. each sequence's own rows continue its states (the merge, by the kernel's rescale)
       for (std::size_t s = 0; s < S; ++s) {
