@@ -3,6 +3,7 @@
 /// Umbrella header of barato/attention: includes every public header of the area.
 
 #include "barato/attention/attend.hpp"
+#include "barato/attention/cascade.hpp"
 #include "barato/attention/cost.hpp"
 #include "barato/attention/eigen_baseline.hpp"
 #include "barato/attention/heads.hpp"
