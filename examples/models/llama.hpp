@@ -81,6 +81,40 @@ using ResidualObserver = std::function<void(std::size_t layer, std::span<const f
 
 namespace detail {
 
+/// `attend` for segments [first, last) of `segs` (threads as `SegmentAttention` says).
+template <class CacheOf>
+void attend_segments(std::size_t l, std::span<const barato::batch::Segment> segs, CacheOf& cache_of,
+                            std::span<const float> q, std::span<float> att, int threads, const barato::attention::Heads& heads,
+                            std::size_t first, std::size_t last, const std::size_t* only = nullptr) {
+  const std::size_t qd = heads.q_dim(), n = last - first;
+  auto one = [&](std::size_t j, int t) {
+    const std::size_t i = only != nullptr ? only[j] : j;
+    const barato::batch::Segment& s = segs[i];
+    barato::attention::attend(q.subspan(s.row0 * qd, s.rows * qd), cache_of(i, l), heads, att.subspan(s.row0 * qd, s.rows * qd),
+                              {.threads = t});
+  };
+  if (n == 1 || threads <= 1) {
+    for (std::size_t j = first; j < last; ++j) one(j, threads);
+    return;
+  }
+  barato::parallel_for(n, threads, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t j = first + lo; j < first + hi; ++j) one(j, 1);
+  });
+}
+
+
+/// How a layer's attention runs over the segments once their K/V are appended: `attend` per segment
+/// over its own cache — over segments (one thread each) when there are several and threads > 1,
+/// else over KV heads; the same results either way. `BatchedLlama`'s cascade option replaces it
+/// (models/llama_batch.hpp) with shared-prefix attention for decodes that share pages.
+struct SegmentAttention {
+  template <class CacheOf>
+  void operator()(std::size_t l, std::span<const barato::batch::Segment> segs, CacheOf& cache_of, std::span<const float> q,
+                  std::span<float> att, int threads, const barato::attention::Heads& heads) const {
+    attend_segments(l, segs, cache_of, q, att, threads, heads, 0, segs.size());
+  }
+};
+
 /// The decoder's arithmetic over a block of token rows that belong to one or more sequences: the
 /// weights, the RoPE table and the activation buffers ([max_rows, ·], allocated at construction).
 /// `Llama` runs it with one segment (its own sequence); `BatchedLlama` (models/llama_batch.hpp) with one
@@ -113,15 +147,15 @@ class LlamaStack {
   /// reference or value). Leaves the residual stream in rows [0, n) of x. `observer` (may be empty)
   /// sees the stream after each layer. `threads`: matrix products over all rows; attention over
   /// segments when there are several (one thread each), else over KV heads — same results either way.
-  template <class CacheOf>
+  template <class CacheOf, class Attention = SegmentAttention>
   void run(std::span<const Token> tokens, std::span<const barato::batch::Segment> segs, CacheOf&& cache_of, int threads,
-           const ResidualObserver& observer = {}) {
+           const ResidualObserver& observer = {}, Attention&& attention = {}) {
     const std::size_t m = tokens.size(), d = cfg_.dim;
     const Activations a = activations(m);
     for (std::size_t t = 0; t < m; ++t)
       std::ranges::copy(w_->token_embedding.row(static_cast<std::size_t>(tokens[t]), d), a.x.subspan(t * d, d).begin());
     for (std::size_t l = 0; l < cfg_.n_layers; ++l) {
-      layer(w_->layers[l], l, a, segs, cache_of, threads);
+      layer(w_->layers[l], l, a, segs, cache_of, threads, attention);
       if (observer) observer(l, a.x);
     }
   }
@@ -154,9 +188,9 @@ class LlamaStack {
 
   /// One decoder layer over the rows of `a`: projections over all rows at once, then RoPE, append and
   /// attention per segment, then the rest over all rows.
-  template <class CacheOf>
+  template <class CacheOf, class Attention>
   void layer(const LlamaLayerWeights<Linear>& w, std::size_t l, const Activations& a,
-             std::span<const barato::batch::Segment> segs, CacheOf& cache_of, int threads) {
+             std::span<const barato::batch::Segment> segs, CacheOf& cache_of, int threads, Attention& attention) {
     namespace nn = barato::nn;
     const std::size_t qd = cfg_.q_dim(), kd = cfg_.kv_dim();
     // Attention block: xn = RMSNorm(x); q, k, v; per segment: RoPE, append, attend; x += Wo·att.
@@ -164,37 +198,21 @@ class LlamaStack {
     project(w.wq, a.xn, a.q, threads);
     project(w.wk, a.xn, a.k, threads);
     project(w.wv, a.xn, a.v, threads);
-    auto one = [&](std::size_t i, int attn_threads) {
+    // per segment: RoPE at its own positions and the append to its own cache (serial: a paged pool's
+    // appends are not thread-safe), then attention over its own cache
+    for (std::size_t i = 0; i < segs.size(); ++i) {
       const barato::batch::Segment& s = segs[i];
       const auto q = a.q.subspan(s.row0 * qd, s.rows * qd), k = a.k.subspan(s.row0 * kd, s.rows * kd);
       rope_.apply(q, k, cfg_.heads(), s.pos);
-      auto&& cache = cache_of(i, l);
-      cache.append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
-      barato::attention::attend(q, cache, cfg_.heads(), a.att.subspan(s.row0 * qd, s.rows * qd), {.threads = attn_threads});
-    };
+      cache_of(i, l).append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
+    }
     // threads only where the work pays for them (a decode over a short cache is a few µs: waking a
     // second thread costs about as much), so two threads are never slower than one
     std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v)
     for (const auto& s : segs) work += 2 * s.rows * (s.pos + s.rows) * qd;
     const int useful = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)),
                                                               std::max<std::size_t>(work / kMinAttentionWork, 1)));
-    if (segs.size() == 1 || useful <= 1) {
-      for (std::size_t i = 0; i < segs.size(); ++i) one(i, useful);
-    } else {  // appends to distinct sequences' caches (a pool's appends are not thread-safe: serialised)
-      for (std::size_t i = 0; i < segs.size(); ++i) {
-        const barato::batch::Segment& s = segs[i];
-        const auto q = a.q.subspan(s.row0 * qd, s.rows * qd), k = a.k.subspan(s.row0 * kd, s.rows * kd);
-        rope_.apply(q, k, cfg_.heads(), s.pos);
-        cache_of(i, l).append(k, a.v.subspan(s.row0 * kd, s.rows * kd));
-      }
-      barato::parallel_for(segs.size(), useful, [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t i = lo; i < hi; ++i) {
-          const barato::batch::Segment& s = segs[i];
-          barato::attention::attend(a.q.subspan(s.row0 * qd, s.rows * qd), cache_of(i, l), cfg_.heads(),
-                                    a.att.subspan(s.row0 * qd, s.rows * qd), {.threads = 1});
-        }
-      });
-    }
+    attention(l, segs, cache_of, a.q, a.att, useful, cfg_.heads());
     project(w.wo, a.att, a.o, threads);
     nn::add_inplace(a.x, a.o);
     // FFN block: xn = RMSNorm(x); x += W2 (silu(W1 xn) ⊙ W3 xn).

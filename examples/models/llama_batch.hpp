@@ -23,13 +23,17 @@
 /// Buffers are sized at construction for `max_tokens` tokens and `max_chunks` sequences per step;
 /// a step allocates nothing (the paged pool's block tables grow amortised, see kv/paged.hpp).
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+#include <type_traits>
 #include <cstddef>
 #include <memory_resource>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "barato/attention/cascade.hpp"
 #include "barato/batch/step_plan.hpp"
 #include "barato/batch/token_batch.hpp"
 #include "barato/core/error.hpp"
@@ -92,14 +96,98 @@ struct SlotCaches {
   }
 };
 
+/// Shared-prefix (cascade) attention for a step over a `kv::PagedPool<T>`: the step's decode
+/// sequences whose block tables start with the same physical pages (forks, prefix hits) are grouped
+/// per layer (`attention::group_shared_prefixes`) and each group runs one `attention::decode_cascade`
+/// — the shared pages read once for all of them —, the other segments plain `attend`. Results equal
+/// per-sequence attention within `attention::kCascadeRelTol` · max |v| (not bitwise: opt-in).
+/// Scratch for `max_chunks` sequences is allocated at construction.
+template <barato::kv::PageFormat T>
+class CascadeAttention {
+ public:
+  CascadeAttention(const barato::kv::PagedPool<T>& pool, const barato::attention::Heads& heads, std::size_t max_chunks,
+                   std::pmr::memory_resource* mr)
+      : pool_(&pool), ws_(heads, max_chunks, mr), ids_(max_chunks, mr), seg_(max_chunks, mr), rest_(max_chunks, mr),
+        groups_(max_chunks, mr), q_(max_chunks * heads.q_dim(), mr), o_(max_chunks * heads.q_dim(), mr) {}
+
+  /// The plan of the step about to run (segment i ↔ chunks[i]).
+  void bind(std::span<const barato::batch::SeqChunk> chunks) noexcept { chunks_ = chunks; }
+  /// Decode sequences attended through a cascade so far (all layers).
+  [[nodiscard]] std::size_t cascaded() const noexcept { return cascaded_; }
+
+  template <class CacheOf>
+  void operator()(std::size_t l, std::span<const barato::batch::Segment> segs, CacheOf& cache_of, std::span<const float> q,
+                  std::span<float> att, int threads, const barato::attention::Heads& heads) {
+    const std::size_t qd = heads.q_dim();
+    std::size_t n = 0, rest = 0;
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+      if (segs[i].rows == 1 && chunks_[i].decode) ids_[n++] = chunks_[i].seq;
+      else rest_[rest++] = i;
+    }
+    const std::span<barato::kv::SeqId> ids(ids_.data(), n);
+    const std::size_t ng = n >= 2 ? barato::attention::group_shared_prefixes(*pool_, ids, l, groups_.span()) : 0;
+    auto segment_of = [&](barato::kv::SeqId s) {
+      for (std::size_t i = 0; i < segs.size(); ++i)
+        if (chunks_[i].seq == s && segs[i].rows == 1) return i;
+      return segs.size();
+    };
+    std::size_t next = 0;  // ids before a group (or after the last) take plain attend
+    auto plain = [&](std::size_t a, std::size_t b) {
+      for (std::size_t j = a; j < b; ++j) rest_[rest++] = segment_of(ids[j]);
+    };
+    for (std::size_t g = 0; g < ng; ++g) {
+      const auto& gr = groups_[g];
+      plain(next, gr.begin);
+      next = gr.end;
+      const std::size_t S = gr.end - gr.begin;
+      for (std::size_t j = 0; j < S; ++j) {
+        seg_[j] = segment_of(ids[gr.begin + j]);
+        std::copy_n(q.data() + segs[seg_[j]].row0 * qd, qd, q_.data() + j * qd);
+      }
+      barato::attention::decode_cascade(std::span<const float>(q_.data(), S * qd), *pool_,
+                                        std::span<const barato::kv::SeqId>(ids.subspan(gr.begin, S)), l, heads,
+                                        std::span<float>(o_.data(), S * qd), ws_, {.threads = threads});
+      for (std::size_t j = 0; j < S; ++j) std::copy_n(o_.data() + j * qd, qd, att.data() + segs[seg_[j]].row0 * qd);
+      cascaded_ += S;
+    }
+    plain(next, n);
+    detail::attend_segments(l, segs, cache_of, q, att, threads, heads, 0, rest, rest_.data());
+  }
+
+ private:
+  const barato::kv::PagedPool<T>* pool_;
+  barato::attention::CascadeWorkspace ws_;
+  barato::Buffer<barato::kv::SeqId> ids_;                  // [max_chunks] the step's decode sequences
+  barato::Buffer<std::size_t> seg_;                        // [max_chunks] segment of each sequence of a group
+  barato::Buffer<std::size_t> rest_;                       // [max_chunks] segments attended plainly
+  barato::Buffer<barato::attention::PrefixGroup> groups_;  // [max_chunks]
+  barato::Buffer<float> q_;                                // [max_chunks, q_dim] a group's queries
+  barato::Buffer<float> o_;                                // [max_chunks, q_dim] a group's outputs
+  std::span<const barato::batch::SeqChunk> chunks_;
+  std::size_t cascaded_ = 0;
+};
+
 /// Options of a `BatchedLlama` (designated initialisers).
 struct BatchedLlamaOptions {
   int threads = 1;                ///< threads for the products and attention (results identical for any count)
   std::size_t max_tokens = 256;   ///< tokens per step (decodes + prefill chunks): the activation buffers' rows
   std::size_t max_chunks = 64;    ///< sequences per step
   std::size_t max_positions = 0;  ///< RoPE table size; 0 = config.seq_len
+  bool cascade = false;           ///< shared-prefix attention for decodes sharing pages (PoolCaches only;
+                                  ///< within attention::kCascadeRelTol of plain attention, not bitwise)
   std::pmr::memory_resource* mr = std::pmr::get_default_resource();  ///< activation buffers + RoPE table
 };
+
+namespace detail {
+template <class Caches>
+struct PoolOf {
+  using type = void;
+};
+template <barato::kv::PageFormat T>
+struct PoolOf<PoolCaches<T>> {
+  using type = T;
+};
+}  // namespace detail
 
 /// The Llama decoder over batched steps: a `StepPlan` in, next-token logits of the chunks that want
 /// them out. The weights and the caches' storage (the pool) are not owned and must outlive the model.
@@ -117,11 +205,21 @@ class BatchedLlama {
                         caches_.head_dim() == cfg_.head_dim,
                     "BatchedLlama: caches of ", caches_.n_layers(), " layers × ", caches_.n_kv_heads(), " heads of ",
                     caches_.head_dim(), ", expected ", cfg_.n_layers, " × ", cfg_.n_kv_heads, " of ", cfg_.head_dim);
+    if constexpr (kPaged) {
+      if (opt_.cascade) cascade_.emplace(*caches_.pool, cfg_.heads(), opt_.max_chunks, opt_.mr);
+    } else {
+      barato::require<barato::value_error>(!opt_.cascade, "BatchedLlama: cascade attention needs a paged pool (PoolCaches)");
+    }
     barato::warm_threads(opt_.threads);
   }
 
   [[nodiscard]] const LlamaConfig& config() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return cfg_.vocab_size; }
+  /// Decode sequence-layers attended through a cascade so far (0 without the cascade option).
+  [[nodiscard]] std::size_t cascaded() const noexcept {
+    if constexpr (kPaged) return cascade_ ? cascade_->cascaded() : 0;
+    else return 0;
+  }
   [[nodiscard]] std::size_t max_tokens() const noexcept { return batch_.max_tokens(); }
   [[nodiscard]] std::size_t max_chunks() const noexcept { return batch_.max_chunks(); }
   /// Largest position + 1 a sequence may reach (the RoPE table).
@@ -165,8 +263,17 @@ class BatchedLlama {
         barato::require(have == c.pos, "BatchedLlama::step: request ", c.request, " has ", have,
                         " positions in its cache, the plan says ", c.pos);
       }
-      stack_.run(batch_.tokens(), batch_.segments(),
-                 [&](std::size_t i, std::size_t l) -> decltype(auto) { return caches_(plan.chunks[i], l); }, opt_.threads);
+      auto cache_of = [&](std::size_t i, std::size_t l) -> decltype(auto) { return caches_(plan.chunks[i], l); };
+      if constexpr (kPaged) {
+        if (cascade_) {
+          cascade_->bind(plan.chunks);
+          stack_.run(batch_.tokens(), batch_.segments(), cache_of, opt_.threads, {}, *cascade_);
+        } else {
+          stack_.run(batch_.tokens(), batch_.segments(), cache_of, opt_.threads);
+        }
+      } else {
+        stack_.run(batch_.tokens(), batch_.segments(), cache_of, opt_.threads);
+      }
       stack_.classify(batch_.logits_rows(), logits, opt_.threads);
     } catch (...) {
       for (std::size_t i = 0; i < begun && i < plan.chunks.size(); ++i) caches_.rollback(plan.chunks[i], plan.chunks[i].pos);
@@ -187,11 +294,17 @@ class BatchedLlama {
     return w;
   }
 
+  using PageType = typename detail::PoolOf<Caches>::type;
+  static constexpr bool kPaged = !std::is_void_v<PageType>;
+  struct NoCascade {};
+  using CascadeType = std::conditional_t<kPaged, std::optional<CascadeAttention<std::conditional_t<kPaged, PageType, float>>>, NoCascade>;
+
   Caches caches_;
   BatchedLlamaOptions opt_;
   LlamaConfig cfg_;
   barato::batch::TokenBatch batch_;
   detail::LlamaStack<Linear> stack_;
+  CascadeType cascade_;
 };
 
 }  // namespace barato_examples

@@ -197,6 +197,7 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
   }
   if (tty) std::fprintf(stderr, "\n");
   const batch::Summary s = sched.summary();
+  if (a.cascade) std::fprintf(stderr, "cascade attention: %zu sequence-layers of decodes read shared pages once\n", exec.cascaded());
   std::fprintf(stderr,
                "%s batching, %zu slots, budget %zu, chunk %zu: %zu requests (%zu rejected) in %zu steps, %.1f ms; %zu tokens, "
                "%.1f tokens/s, %.2f tokens/step; latency mean %.1f / p50 %.1f / p99 %.1f ms; TTFT mean %.1f / p50 %.1f / p99 "
@@ -213,6 +214,7 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
         .add("latency_p50_ms", s.latency_seconds.p50 * 1e3).add("latency_p99_ms", s.latency_seconds.p99 * 1e3)
         .add("ttft_mean_ms", s.ttft_seconds.mean * 1e3).add("ttft_p50_ms", s.ttft_seconds.p50 * 1e3).add("ttft_p99_ms", s.ttft_seconds.p99 * 1e3)
         .add("preemptions", s.preemptions).add("prefix_hit_tokens", s.prefix_hit_tokens);
+    if (a.cascade) o.add("cascade_sequence_layers", exec.cascaded());
     std::ofstream out(a.summary_json);
     barato::require<barato::io_error>(static_cast<bool>(out), "cannot write ", a.summary_json);
     out << o.str() << "\n";
@@ -236,9 +238,10 @@ int with_caches(const Run& run, const LlamaWeights<Linear>& w, Policy policy) {
   const Args& a = run.args;
   const LlamaConfig& c = w.config;
   const std::string name(a.kv.substr(0, a.kv.find(':')));
-  const BatchedLlamaOptions mopt{.threads = a.threads, .max_tokens = a.token_budget, .max_chunks = a.slots, .max_positions = run.context};
+  BatchedLlamaOptions mopt{.threads = a.threads, .max_tokens = a.token_budget, .max_chunks = a.slots, .max_positions = run.context};
   if (name == "contiguous") {
     if (a.kv != "contiguous") throw CliError("--kv contiguous takes no parameter");
+    if (a.cascade) throw CliError("--cascade needs a paged pool (--kv paged…): contiguous caches share no pages");
     // one contiguous cache per layer per slot; the scheduler's pool is then only an accountant of
     // slots × context positions (no K/V in it, so no prefix hits and no preemption)
     kv::PagedPool<float> ledger({.n_layers = 1, .n_kv_heads = 1, .head_dim = 1, .block_tokens = 16,
@@ -253,6 +256,7 @@ int with_caches(const Run& run, const LlamaWeights<Linear>& w, Policy policy) {
   auto paged = [&]<class Pages>() {
     kv::PagedPool<Pages> pool({.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .block_tokens = B,
                                .n_blocks = std::max<std::size_t>((tokens + B - 1) / B, 1)});
+    mopt.cascade = a.cascade;
     BatchedLlama<PoolCaches<Pages>, Linear> model(w, PoolCaches<Pages>{&pool}, mopt);
     return serve(run, pool, policy, model);
   };

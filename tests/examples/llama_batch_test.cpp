@@ -5,6 +5,8 @@
 // a step with per-slot caches allocates nothing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <span>
@@ -248,3 +250,59 @@ TEST_CASE("TokenBatch lays a plan out as rows and rejects what does not fit, unc
   CHECK(tb.size() == 6);
 }
 
+
+TEST_CASE("cascade attention in the batched step: forked sequences share pages; logits within tolerance, same argmax") {
+  const auto w = random_llama_weights(small_config(), 21);
+  const std::size_t V = w.config.vocab_size;
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    std::vector<std::vector<float>> by_mode[2];
+    std::size_t cascaded = 0;
+    for (const bool cascade : {false, true}) {
+      kv::PagedPool<float> pool({.n_layers = w.config.n_layers, .n_kv_heads = w.config.n_kv_heads, .head_dim = w.config.head_dim,
+                                 .block_tokens = 16, .n_blocks = 32});
+      const kv::SeqId a = pool.add_sequence();
+      BatchedLlama<PoolCaches<float>> model(w, PoolCaches<float>{&pool},
+                                            {.threads = threads, .max_tokens = 48, .max_chunks = 6, .cascade = cascade});
+      const auto prompt = tokens_of(40, V, 5);
+      std::vector<batch::SeqChunk> chunks{{.seq = a, .pos = 0, .tokens = prompt, .wants_logits = true}};
+      std::vector<float> logits(6 * V);
+      model.step({.chunks = chunks}, std::span<float>(logits).first(V));
+      std::vector<kv::SeqId> seqs{a, pool.fork(a), pool.fork(a), pool.fork(a), pool.add_sequence()};
+      const auto other = tokens_of(20, V, 9);
+      chunks = {{.request = 4, .seq = seqs[4], .pos = 0, .tokens = other, .wants_logits = true}};
+      model.step({.chunks = chunks}, std::span<float>(logits).first(V));
+      std::vector<std::vector<Token>> next(5);
+      for (std::size_t st = 0; st < 6; ++st) {
+        chunks.clear();
+        for (std::size_t i = 0; i < 5; ++i) {
+          next[i].push_back(static_cast<Token>((st * 7 + i * 13) % V));
+          chunks.push_back({.request = i, .seq = seqs[i], .pos = (i == 4 ? 20 : 40) + st,
+                            .tokens = std::span<const Token>(next[i]).last(1), .wants_logits = true, .decode = true});
+        }
+        model.step({.chunks = chunks, .logits_rows = 5}, std::span<float>(logits).first(5 * V));
+        by_mode[cascade].emplace_back(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(5 * V));
+      }
+      if (cascade) cascaded = model.cascaded();
+    }
+    CHECK(cascaded == 6 * w.config.n_layers * 4);  // the four forks, every step and layer; the fifth alone
+    for (std::size_t st = 0; st < by_mode[0].size(); ++st)
+      for (std::size_t r = 0; r < 5; ++r) {
+        const float* p = by_mode[0][st].data() + r * V;
+        const float* c = by_mode[1][st].data() + r * V;
+        float scale = 0, diff = 0;
+        std::size_t am0 = 0, am1 = 0;
+        for (std::size_t v = 0; v < V; ++v) {
+          scale = std::max(scale, std::abs(p[v]));
+          diff = std::max(diff, std::abs(p[v] - c[v]));
+          am0 = p[v] > p[am0] ? v : am0;
+          am1 = c[v] > c[am1] ? v : am1;
+        }
+        CAPTURE(st);
+        CAPTURE(r);
+        CHECK(diff <= 1e-4f * scale);
+        CHECK(am0 == am1);
+        if (r == 4) CHECK(diff == 0.0f);  // the unshared sequence takes plain attention: bitwise
+      }
+  }
+}

@@ -118,6 +118,7 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
       "--policy static --slots 2 --pool-tokens 256 --kv paged:8",
       "--policy continuous --slots 6 --threads 2",
       "--policy continuous --slots 3 --kv contiguous",
+      "--policy continuous --slots 6 --cascade",  // the shared-prefix requests decode through cascades
   };
   std::map<std::string, std::string> first;  // id → generated_ids under the first config
   std::size_t preempted_runs = 0, hit_runs = 0;
@@ -145,6 +146,11 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
     preempted_runs += pre > 0;
     hit_runs += hits > 0;
     CHECK(r.err.find("batching") != std::string::npos);  // the summary
+    if (c.find("--cascade") != std::string::npos) {
+      const auto k = r.err.find("cascade attention: ");
+      REQUIRE(k != std::string::npos);
+      CHECK(std::stoul(r.err.substr(k + 19)) > 0);
+    }
   }
   CHECK(preempted_runs >= 1);  // the small pools did preempt, and outputs were unchanged
   CHECK(hit_runs >= 1);        // the shared prefix was reused somewhere
