@@ -458,3 +458,102 @@ TEST_CASE("Steady-state steps allocate nothing in the scheduler and the simulato
   for (int i = 0; i < 100; ++i) (void)step();
   CHECK(count.count() == 0);
 }
+
+namespace {
+/// A user executor: the simulator's work, charged a flat 0.5 s per step.
+struct HalfSecond {
+  batch::SimExecutor<>& sim;
+  [[nodiscard]] std::size_t vocab_size() const { return sim.vocab_size(); }
+  double run(const batch::StepPlan& plan, std::span<float> logits) {
+    (void)sim.run(plan, logits);
+    return 0.5;
+  }
+};
+static_assert(batch::Executor<HalfSecond>);
+}  // namespace
+
+TEST_CASE("Metrics in steps and seconds follow the clock of complete()") {
+  Pool pool(pool_config(64, 4));
+  batch::Scheduler<Pool> s(pool, {.max_slots = 2, .token_budget = 16, .prefill_chunk = 16, .max_context = 64});
+  batch::SimExecutor<> sim(pool, kVocab, test_cost());
+  HalfSecond exec{sim};
+  (void)s.submit({.prompt = {1, 2, 3}, .max_tokens = 2});
+  (void)s.submit({.prompt = {4, 5}, .max_tokens = 10});
+  (void)s.submit({.prompt = {6, 7, 8}, .max_tokens = 3});
+  (void)s.submit({.prompt = {9}, .max_tokens = 1, .arrival = 20});
+  (void)batch::run(s, exec);
+  const auto& m = s.metrics(2);  // admitted at step 2 into request 0's slot; tokens at the ends of steps 2, 3, 4
+  CHECK(m.queue_steps() == 2);
+  CHECK(m.queue_seconds() == doctest::Approx(1.0));
+  CHECK(m.first_token_step == 3);
+  CHECK(m.first_token_seconds == doctest::Approx(1.5));
+  CHECK(m.finish_step == 5);
+  CHECK(m.finish_seconds == doctest::Approx(2.5));
+  CHECK(m.tpot_seconds() == doctest::Approx(0.5));
+  CHECK(m.tpot_steps() == doctest::Approx(1.0));
+  const auto& late = s.metrics(3);  // arrives at the start of step 20, idle steps before it cost 0.5 s each
+  CHECK(late.arrival_step == 20);
+  CHECK(late.arrival_seconds == doctest::Approx(10.0));
+  CHECK(late.finish_step == 1);
+  CHECK(late.finish_seconds == doctest::Approx(0.5));
+  const auto sum = s.summary();
+  CHECK(sum.steps == 21);
+  CHECK(sum.seconds == doctest::Approx(10.5));
+  CHECK(sum.tokens == 16);
+  CHECK(sum.tokens_per_second == doctest::Approx(16.0 / 10.5));
+  CHECK(sum.latency_steps.p99 == 10.0);  // request 1: 10 tokens, steps 0 … 9
+}
+
+TEST_CASE("latency_stats: mean and nearest-rank percentiles") {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  const auto s = batch::latency_stats(v);
+  CHECK(s.mean == doctest::Approx(50.5));
+  CHECK(s.p50 == 50.0);
+  CHECK(s.p99 == 99.0);
+  std::vector<double> empty;
+  CHECK(batch::latency_stats(empty).mean == 0.0);
+}
+
+TEST_CASE("TableCost interpolates the measured decode steps and adds the per-token terms") {
+  const batch::TableCost c({.decode = {{1, 10.0}, {8, 17.0}, {16, 25.0}}, .prefill_token_seconds = 0.5, .context_token_seconds = 0.01});
+  CHECK(c.decode_seconds(0) == 0.0);
+  CHECK(c.decode_seconds(1) == 10.0);
+  CHECK(c.decode_seconds(4) == doctest::Approx(13.0));
+  CHECK(c.decode_seconds(12) == doctest::Approx(21.0));
+  CHECK(c.decode_seconds(24) == doctest::Approx(33.0));  // the last slope, extrapolated
+  batch::StepPlan p;
+  p.decode_tokens = 3;
+  p.padding_slots = 1;
+  p.prefill_tokens = 10;
+  p.context_tokens = 100;
+  CHECK(c.seconds(p) == doctest::Approx(13.0 + 5.0 + 1.0));
+  batch::StepPlan prefill_only;
+  prefill_only.prefill_tokens = 2;
+  CHECK(c.seconds(prefill_only) == doctest::Approx(10.0 + 1.0));
+  CHECK(c.seconds(batch::StepPlan{}) == 0.0);
+  CHECK_THROWS_AS(batch::TableCost({.decode = {}}), value_error);
+  CHECK_THROWS_AS(batch::TableCost({.decode = {{4, 1.0}, {2, 2.0}}}), value_error);
+  CHECK_THROWS_AS(batch::TableCost({.decode = {{1, -1.0}}}), value_error);
+}
+
+TEST_CASE("skewed_workload: the documented shape, reproducible from its seed") {
+  const auto a = batch::skewed_workload({});
+  const auto b = batch::skewed_workload({});
+  std::vector<std::size_t> out;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    out.push_back(a[i].max_tokens);
+    total += a[i].max_tokens;
+  }
+  std::sort(out.begin(), out.end());
+  CHECK(a.size() == 64);
+  CHECK(out[31] == 18);
+  CHECK(out.back() == 228);
+  CHECK(total == 1959);
+  const auto c = batch::skewed_workload({.shared_prefix = 8, .arrival_gap = 2.0, .seed = 5});
+  for (const auto& r : c) CHECK(std::equal(r.prompt.begin(), r.prompt.begin() + 8, c[0].prompt.begin()));
+  CHECK(c.back().arrival > 0);
+  CHECK_THROWS_AS((void)batch::skewed_workload({.prompt_min = 0}), value_error);
+}

@@ -132,9 +132,9 @@ class Scheduler {
       st.tokens = st.req.prompt;
     }
     // Reserve everything the request can occupy before the first change (strong guarantee).
-    states_.reserve(id + 1);
-    pending_.reserve(id + 1);
-    queue_.reserve(id + 1);
+    grow(states_, id + 1);
+    grow(pending_, id + 1);
+    grow(queue_, id + 1);
     const bool rejected = st.status == RequestStatus::rejected;
     const std::size_t arrival = st.req.arrival;
     states_.push_back(std::move(st));
@@ -299,6 +299,11 @@ class Scheduler {
     RequestMetrics m;
   };
 
+  /// Reserves room for n elements, doubling (an exact reserve per submission would be quadratic).
+  template <class V>
+  static void grow(V& v, std::size_t n) {
+    if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
+  }
   [[nodiscard]] const State& at(RequestId id) const {
     require(id < states_.size(), "batch::Scheduler: request ", id, " out of range (", states_.size(), " requests)");
     return states_[id];
