@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 
 #include "barato/kv/contiguous.hpp"
@@ -204,4 +205,69 @@ TEST_CASE("a prefill block with more partial states than attend's stack runs in 
   std::vector<float> tail(out.size() - per * row);
   attention::attend(std::span<const float>(q).subspan(per * row), cache, heads, tail);
   CHECK(std::equal(tail.begin(), tail.end(), out.begin() + static_cast<std::ptrdiff_t>(per * row)));
+}
+
+namespace {
+/// Prefill blocks (P queries: the newest P positions, several 64-row tiles and causal ends anywhere)
+/// and decode through attend<Arch> / decode<Arch> over a paged pool with pages of B tokens must equal,
+/// bit for bit, the same calls over a contiguous cache with the same rows, whatever B, the head
+/// dimension (every kernel: small-d, generic, half-width generic, fixed-dim) and the element type.
+/// `scattered`: a second sequence takes pages in turn, so no two pages of the one under test are
+/// adjacent in memory; otherwise its pages follow one another (one run).
+template <class Arch, Element T = float>
+void check_paged_equals_contiguous(std::size_t hq, std::size_t d, std::size_t B, std::size_t n, bool scattered) {
+  CAPTURE(hq);
+  CAPTURE(d);
+  CAPTURE(B);
+  CAPTURE(n);
+  CAPTURE(scattered);
+  const std::size_t hkv = 2, row = hkv * d;
+  const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+  const auto k = test::random_vector(n * row, 71), v = test::random_vector(n * row, 72);
+  kv::Contiguous<T> flat(hkv, d, n);
+  flat.append(k, v);
+  kv::PagedPool<T> pool({.n_layers = 1, .n_kv_heads = hkv, .head_dim = d, .block_tokens = B,
+                         .n_blocks = 2 * ((n + B - 1) / B), .extent_blocks = 1});
+  auto a = pool.view(pool.add_sequence(), 0), b = pool.view(pool.add_sequence(), 0);
+  for (std::size_t t = 0; t < n; t += B) {
+    const std::size_t m = std::min(B, n - t);
+    const auto kk = std::span<const float>(k).subspan(t * row, m * row);
+    const auto vv = std::span<const float>(v).subspan(t * row, m * row);
+    a.append(kk, vv);
+    if (scattered) b.append(vv, kk);
+  }
+  const auto table = pool.block_table(a.sequence());
+  bool adjacent = false;
+  for (std::size_t i = 1; i < table.size(); ++i) adjacent |= table[i] == table[i - 1] + 1;
+  CHECK(adjacent == (!scattered && table.size() > 1));
+  for (const std::size_t P : {std::size_t{1}, std::size_t{5}, n}) {
+    CAPTURE(P);
+    const auto q = test::random_vector(P * heads.q_dim(), 73 + P, -2.f, 2.f);
+    std::vector<float> got(q.size()), want(q.size());
+    attention::attend<Arch>(q, a, heads, got);
+    attention::attend<Arch>(q, flat, heads, want);
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  }
+}
+}  // namespace
+
+TEST_CASE("paged == contiguous bitwise for every page size (1 … 32 tokens), head dimension, GQA and MHA") {
+  // n = 70: two prefill tiles and a partial page for every B; 150: long enough for a 64-row chunk
+  // of the fixed-dim kernel (and the prefetch split) to span many small pages
+  for (const std::size_t d : {8, 16, 24, 32, 64, 128})
+    for (const std::size_t B : {1, 2, 4, 8, 12, 16, 32})
+      for (const bool scattered : {false, true}) {
+        check_paged_equals_contiguous<simd::DefaultArch>(6, d, B, 70, scattered);
+        if (d == 8 || d == 64) check_paged_equals_contiguous<simd::DefaultArch>(2, d, B, 150, scattered);
+      }
+  // fp16 rows: the fixed-dim kernel's chunk depends on the element type (64 rows at d = 128)
+  for (const std::size_t d : {8, 40, 128})
+    for (const std::size_t B : {4, 16}) check_paged_equals_contiguous<simd::DefaultArch, f16>(6, d, B, 150, true);
+}
+
+TEST_CASE("paged == contiguous bitwise for small pages through every explicit arch") {
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t d : {8, 40, 64})
+      for (const std::size_t B : {1, 4, 8}) check_paged_equals_contiguous<Arch>(4, d, B, 70, true);
+  });
 }

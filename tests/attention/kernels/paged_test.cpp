@@ -16,12 +16,6 @@ using namespace barato;
 
 namespace {
 
-// Attention over pages that hold whole W-row tiles (or whole 8-row halves of 16-row tiles) runs one
-// kernel call that folds the same rows in the same chunks as over one contiguous block, so it is
-// bitwise equal; other page sizes fold page by page (the online-softmax rescale happens at other rows)
-// and agree to fp32 rounding.
-constexpr double kPageByPageRelTol = 1e-5;
-
 /// Attention (prefill of the last `prompt` positions, decode, split-K decode) over layer 1 of a paged
 /// pool vs over a contiguous cache holding the same rows. A second sequence is appended in between,
 /// so the pages of the sequence under test come in runs of consecutive blocks no longer than about
@@ -60,17 +54,8 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std:
   if (extent == 1 && !alone) CHECK(longest == 1);
   if (extent > 1 && table.size() >= 2 * extent) CHECK(longest >= extent);  // whole extents fit
   const auto view = pool.view(a, 1);
-  // one kernel call across pages (bitwise equal) when pages hold whole tiles, or whole 8-row runs
-  // of a 16-lane tile
-  const bool exact = B % simd::kFloatLanes<> == 0 || (simd::kFloatLanes<> % 16 == 0 && B % 8 == 0);
-
-  auto same = [&](const std::vector<float>& got, const std::vector<float>& want) {
-    if (exact) {
-      CHECK(got == want);
-    } else {
-      CHECK(test::max_rel_diff(got, want) <= kPageByPageRelTol);
-    }
-  };
+  // bitwise equal for every page size (the chunk-boundary rule, attention/kernels/paged.hpp)
+  auto same = [&](const std::vector<float>& got, const std::vector<float>& want) { CHECK(got == want); };
   {  // prefill: 64-row tiles inside the block, causal ends anywhere
     const auto q = test::random_vector(prompt * heads.q_dim(), 43, -2.f, 2.f);
     std::vector<float> got(q.size()), want(q.size());
@@ -96,19 +81,24 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std:
 
 }  // namespace
 
-TEST_CASE("paged block: attention across pages equals attention over a contiguous copy (d = 64 / 128)") {
+TEST_CASE("paged block: attention across pages equals attention over a contiguous copy bitwise, every page size") {
   for (const std::size_t d : {64, 128})
-    for (const std::size_t B : {16, 32, 8, 24, 12})
+    for (const std::size_t B : {16, 32, 8, 24, 12, 4, 1})
       for (const std::size_t n : {70, 200})
         for (const std::size_t extent : {1, 3, 8, 16}) {
           check_paged_vs_contiguous(d, B, n, extent);
           if (extent == 1) check_paged_vs_contiguous(d, B, n, 0, /*alone=*/true);
         }
-  check_paged_vs_contiguous(40, 16, 150, 1);  // no fixed-dimension kernel: page by page, bitwise too
-  check_paged_vs_contiguous(40, 16, 150, 8);
+  // no fixed-dimension kernel: small-d (d = 8 on AVX-512) and generic tiles, pages smaller than a tile too
+  for (const std::size_t d : {8, 16, 40})
+    for (const std::size_t B : {16, 12, 4, 1}) {
+      check_paged_vs_contiguous(d, B, 150, 1);
+      check_paged_vs_contiguous(d, B, 150, 3);
+      check_paged_vs_contiguous(d, B, 150, 0, /*alone=*/true);
+    }
 }
 
-TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned range") {
+TEST_CASE("paged block: page(i) views and the fold of an unaligned range equals one dense call") {
   constexpr std::size_t d = 64, B = 16, n = 53;
   kv::PagedPool<float> pool({.n_layers = 1, .n_kv_heads = 1, .head_dim = d, .block_tokens = B, .n_blocks = 8});
   const kv::SeqId s = pool.add_sequence(), t = pool.add_sequence();
@@ -124,7 +114,8 @@ TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned 
     REQUIRE(b.pages() == 4);
     CHECK(b.page(3).n == n - 3 * B);
     CHECK(b.page(2).k == pool.key(s, 0, 0, 2 * B).data());
-    // rows [5, 50): r0 not a multiple of W, so the fold goes page by page; compare with a dense block
+    // rows [5, 50): r0 not a multiple of W, so no page-table kernel call: chunks that span the
+    // scattered pages are staged; bitwise one call over a dense block
     const kv::Contiguous<float> ref = [&] {
       kv::Contiguous<float> c(1, d, n);
       c.append(k, v);
@@ -135,11 +126,7 @@ TEST_CASE("paged block: page(i) views and the page-by-page fold of an unaligned 
     std::vector<attention::PartialStats> s1(2), s2(2);
     attention::accumulate(attention::QueryGroup{q.data(), 2, d, 0.125f, o1.data(), s1.data()}, b, 5, 50);
     ref.for_each_block(0, [&](const kv::DenseBlock<float>& dense) {
-      for (std::size_t i = 0; i < 4; ++i) {  // the same page-wise ranges through the dense kernel
-        const std::size_t lo = std::max<std::size_t>(5, i * B), hi = std::min<std::size_t>(50, (i + 1) * B);
-        if (lo < hi)
-          attention::accumulate(attention::QueryGroup{q.data(), 2, d, 0.125f, o2.data(), s2.data()}, dense, lo, hi);
-      }
+      attention::accumulate(attention::QueryGroup{q.data(), 2, d, 0.125f, o2.data(), s2.data()}, dense, 5, 50);
     });
     CHECK(o1 == o2);
     for (std::size_t h = 0; h < 2; ++h) {

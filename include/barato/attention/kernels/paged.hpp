@@ -1,25 +1,41 @@
 #pragma once
 /// \file
 /// `attention::accumulate` for a paged block (`kv::PagedBlock<T>`, kv/paged_block.hpp: one KV head's
-/// rows in pages of B rows reached through a page table).
+/// rows in pages of B rows reached through a page table). Bitwise the state of the same rows in one
+/// contiguous block (`kv::DenseBlock`) folded by the dense `accumulate`, for every B.
 ///
-/// With the fixed-dimension kernel (d = 64 / 128), when B is a multiple of W = float lanes (one page
-/// per W-row tile) or of 8 with W = 16 (two pages per tile) and r0 is a multiple of W (what
-/// `attend` and `decode_split_k` ask for), the rows [r0, r1) are cut into page stretches
-/// (`detail::PageStretches`): stretches whose pages are consecutive in memory (the pool allocates
-/// runs of pages; kv/paged.hpp) are folded as contiguous rows, the others through the page table
-/// (`detail::PagedRows`) — one kernel call per stretch, and bitwise the state of the same rows in
-/// one contiguous block (the chunk-boundary rule, stated and asserted in `PageStretches`).
-/// Otherwise (other d, B or r0) the block is folded page by page through the dense kernel.
+/// The chunk-boundary rule. Each dense kernel folds its rows in chunks of R rows counted from the
+/// start of the call — R = the chunk of the fixed-dimension kernel (`kFixedChunkRowsFor`, 32 or 64
+/// rows) at d = 64 / 128, the W-row tile of the small-dimension kernel or of the generic routine
+/// (W of the arch it runs on) otherwise — and rounds at chunk boundaries only (one rescale per
+/// chunk, the state stored between chunks). So a call over [r0, r1) may be cut into several calls
+/// only at rows r0 + k·R: the paged fold cuts [r0, r1) into page stretches (`detail::PageStretches`)
+/// that start on chunk boundaries, and folds
+///  - a stretch whose pages are consecutive in memory (the pool allocates runs of pages;
+///    kv/paged.hpp) as one dense block (the dense dispatch: the same kernel as the contiguous cache);
+///  - a scattered stretch (no chunk of it lies in consecutive pages) through the page table, with
+///    chunks that span pages:
+///    - d = 64 / 128, when B is a multiple of W = float lanes (one page per W-row tile) or of 8 with
+///      W = 16 (two pages per tile) and r0 is a multiple of W (what `attend` and `decode_split_k`
+///      ask for): the fixed-dimension kernel over `detail::PagedRows` (one table look-up per run);
+///    - the generic routine: over `detail::PagedRows`, one table look-up per row read;
+///    - otherwise (small d, or d = 64 / 128 with other B or r0): chunk by chunk, each chunk's rows
+///      gathered into an L1 stage (`detail::fold_staged`) that the dense kernel folds.
+/// Folding page by page instead (a call per page) is bitwise only when B is a multiple of R: with
+/// pages of 4 rows and d = 8 the small-d kernel's 16-row tiles would become 4-row tiles, each with
+/// its own max and rescale.
 
 #include <algorithm>
 #include <cstddef>
 #include <iterator>
+#include <type_traits>
 
 #include "barato/attention/kernels/dense.hpp"
 #include "barato/attention/kernels/fixed_dim.hpp"
+#include "barato/attention/kernels/generic.hpp"
 #include "barato/attention/kernels/query_group.hpp"
 #include "barato/attention/kernels/rows.hpp"
+#include "barato/attention/kernels/small_dim.hpp"
 #include "barato/core/dtype.hpp"
 #include "barato/core/error.hpp"
 #include "barato/core/prefetch.hpp"
@@ -37,6 +53,9 @@ inline constexpr std::size_t kPagePrefetchRows = 128;
 /// when pages hold a multiple of W rows, or a divisor of W (pages of 8 rows with W = 16) — then a
 /// W-row tile spans W / S pages. Requires page_rows % S == 0 and tiles starting at multiples of W, so
 /// no run crosses a page.
+///
+/// Its `KvRows` members (`load_k`, `k_at`, …) look the page up for every row and have no
+/// requirement on S or the page size: the generic routine reads scattered stretches through them.
 ///
 /// The paged `accumulate` uses it only for stretches whose pages are not consecutive in memory
 /// (consecutive ones are contiguous rows). The hardware prefetchers stop at the end of each
@@ -215,46 +234,111 @@ template <std::size_t W>
   return 0;
 }
 
+/// Calls contiguous(dense) for every stretch of `PageStretches<T, R>(blk, r0, r1)` whose pages are
+/// consecutive in memory — `dense` its rows as one `kv::DenseBlock` (row 0 = the stretch's first),
+/// the head of the next page prefetched first when the stretch asks for it — and scattered(a, b)
+/// for every other stretch [a, b), in row order.
+template <std::size_t R, Element T, class Contiguous, class Scattered>
+void for_each_page_stretch(const kv::PagedBlock<T>& blk, std::size_t r0, std::size_t r1, Contiguous&& contiguous,
+                           Scattered&& scattered) {
+  for (const PageStretch& s : PageStretches<T, R>(blk, r0, r1)) {
+    if (!s.contiguous) {
+      scattered(s.begin, s.end);
+      continue;
+    }
+    if (s.prefetch_end) prefetch_page_from(blk, s.end);
+    const std::size_t off = blk.offset(s.begin);
+    contiguous(kv::DenseBlock<T>{blk.k + off, blk.v + off, s.end - s.begin, blk.stride, blk.pos0 + s.begin});
+  }
+}
+
+/// Folds rows [a, b) of `blk` chunk by chunk through `fold(stage)`: the rows of each chunk of R rows
+/// (from a) gathered, through the page table, into an L1 stage of packed rows (stride d ≤ MaxD), a
+/// `kv::DenseBlock` whose row 0 is the chunk's first. For a kernel whose chunk is R and whose
+/// dispatch does not depend on the row stride (or blocks already packed), the fold of each stage
+/// is bitwise the fold of the same rows of one contiguous block. Allocates nothing (2·R·MaxD
+/// elements of stack).
+template <std::size_t R, std::size_t MaxD, Element T, class Fold>
+void fold_staged(const kv::PagedBlock<T>& blk, std::size_t d, std::size_t a, std::size_t b, Fold&& fold) {
+  BARATO_ASSERT(d <= MaxD);
+  alignas(64) T kt[R * MaxD];  // [R, d] key rows of a chunk
+  alignas(64) T vt[R * MaxD];  // [R, d] value rows
+  for (std::size_t c = a; c < b; c += R) {
+    const std::size_t nr = std::min(R, b - c);
+    for (std::size_t j = 0; j < nr; ++j) {
+      const std::size_t off = blk.offset(c + j);
+      std::copy_n(blk.k + off, d, kt + j * d);
+      std::copy_n(blk.v + off, d, vt + j * d);
+    }
+    fold(kv::DenseBlock<T>{kt, vt, nr, d, blk.pos0 + c});
+  }
+}
+
+/// The paged fold for head dimension D = 64 / 128 (the fixed-dimension kernel, chunks of
+/// kFixedChunkRowsFor<D, T, W> rows): contiguous stretches as contiguous rows; scattered ones through
+/// the page table (`PagedRows`) when the page size and r0 allow it, else staged chunk by chunk.
+template <std::size_t D, class Arch, Element T>
+void accumulate_paged_fixed_dim(const QueryGroup& qg, const kv::PagedBlock<T>& blk, std::size_t r0,
+                                std::size_t r1) noexcept {
+  constexpr std::size_t W = simd::Batch<float, Arch>::size;
+  constexpr std::size_t R = kFixedChunkRowsFor<D, T, W>;
+  static_assert(R * D * sizeof(T) <= kFixedChunkBytes, "a staged chunk fits the kernel's L1 budget");
+  const std::size_t S = r0 % W == 0 ? paged_run_rows<W>(blk.page_rows) : 0;
+  for_each_page_stretch<R>(
+      blk, r0, r1,
+      [&](const kv::DenseBlock<T>& rows) {
+        accumulate_fixed_dim<D, Arch>(qg, ContiguousRows<T>{rows.k, rows.v, rows.stride}, 0, rows.n);
+      },
+      [&](std::size_t a, std::size_t b) {
+        if (S == W) {
+          accumulate_fixed_dim<D, Arch>(qg, PagedRows<T, W>{blk, blk.stride}, a, b);
+        } else if (S != 0) {
+          if constexpr (W % 16 == 0) accumulate_fixed_dim<D, Arch>(qg, PagedRows<T, 8>{blk, blk.stride}, a, b);
+        } else {
+          fold_staged<R, D>(blk, D, a, b, [&](const kv::DenseBlock<T>& stage) {
+            accumulate_fixed_dim<D, Arch>(qg, ContiguousRows<T>{stage.k, stage.v, stage.stride}, 0, stage.n);
+          });
+        }
+      });
+}
+
 }  // namespace barato::attention::detail
 
 namespace barato::attention {
 
 /// Folds rows [r0, r1) of a paged block into the partial states of the query heads of `qg` (see
-/// attention/kernels/accumulate.hpp for the contract): one fixed-dimension kernel call per page
-/// stretch when the shapes allow it (file comment), else page by page through the dense kernel.
-/// Allocates nothing.
+/// attention/kernels/accumulate.hpp for the contract): bitwise the state the dense `accumulate`
+/// gives over the same rows in one contiguous block with the same row stride, for every page size
+/// (file comment: the chunk-boundary rule). Allocates nothing.
 template <class Arch = simd::DefaultArch, Element T>
 void accumulate(const QueryGroup& qg, const kv::PagedBlock<T>& blk, std::size_t r0, std::size_t r1) noexcept {
   constexpr std::size_t W = simd::Batch<float, Arch>::size;
   if (r0 >= r1) return;
-  if (detail::has_fixed_dim_kernel<Arch>(qg.d) && r0 % W == 0) {
-    const std::size_t S = detail::paged_run_rows<W>(blk.page_rows);
-    if (S != 0) {
-      auto fold = [&]<std::size_t D>() {
-        constexpr std::size_t R = detail::kFixedChunkRowsFor<D, T, W>;
-        for (const detail::PageStretch& s : detail::PageStretches<T, R>(blk, r0, r1)) {
-          if (s.contiguous) {
-            if (s.prefetch_end) detail::prefetch_page_from(blk, s.end);
-            const std::size_t off = blk.offset(s.begin);
-            detail::accumulate_fixed_dim<D, Arch>(qg, detail::ContiguousRows<T>{blk.k + off, blk.v + off, blk.stride}, 0,
-                                                  s.end - s.begin);
-          } else if (S == W) {
-            detail::accumulate_fixed_dim<D, Arch>(qg, detail::PagedRows<T, W>{blk, blk.stride}, s.begin, s.end);
-          } else if constexpr (W % 16 == 0) {
-            detail::accumulate_fixed_dim<D, Arch>(qg, detail::PagedRows<T, 8>{blk, blk.stride}, s.begin, s.end);
-          }
-        }
-      };
-      if (qg.d == 64) return fold.template operator()<64>();
-      return fold.template operator()<128>();
+  // the same kernel choice as the dense `accumulate` (attention/kernels/dense.hpp), with its chunk
+  if (detail::has_fixed_dim_kernel<Arch>(qg.d)) {
+    if (qg.d == 64) return detail::accumulate_paged_fixed_dim<64, Arch>(qg, blk, r0, r1);
+    return detail::accumulate_paged_fixed_dim<128, Arch>(qg, blk, r0, r1);
+  }
+  auto dense = [&](const kv::DenseBlock<T>& rows) { accumulate<Arch>(qg, rows, 0, rows.n); };
+  if constexpr (detail::kHasSmallDimKernel<Arch>) {
+    if (detail::has_small_dim_kernel<Arch>(qg.d, blk.stride)) {  // tiles of W rows; stride == d ≤ 8
+      return detail::for_each_page_stretch<W>(blk, r0, r1, dense, [&](std::size_t a, std::size_t b) {
+        detail::fold_staged<W, 8>(blk, qg.d, a, b, dense);
+      });
     }
   }
-  const std::size_t B = blk.page_rows;
-  for (std::size_t i = r0 / B; i * B < r1; ++i) {
-    const kv::DenseBlock<T> pg = blk.page(i);
-    const std::size_t lo = std::max(r0, i * B) - i * B, hi = std::min(r1, i * B + pg.n) - i * B;
-    accumulate<Arch>(qg, pg, lo, hi);
+  // the generic routine, on the half-width arch for odd multiples of 8 (as the dense dispatch):
+  // tiles of that arch's lanes
+  auto generic = [&]<class A>(A) {
+    constexpr std::size_t WA = simd::Batch<float, A>::size;
+    detail::for_each_page_stretch<WA>(blk, r0, r1, dense, [&](std::size_t a, std::size_t b) {
+      detail::accumulate_rows<A>(qg, detail::PagedRows<T, WA>{blk, blk.stride}, a, b);
+    });
+  };
+  if constexpr (!std::is_void_v<simd::HalfWidthArch<Arch>>) {
+    if (qg.d % 16 == 8) return generic(simd::HalfWidthArch<Arch>{});
   }
+  generic(Arch{});
 }
 
 }  // namespace barato::attention

@@ -20,7 +20,8 @@
 ///      d-lane segment holds its row's weight; two accumulators), then the R segments of acc are
 ///      folded and added to o (kept in a register for the whole range).
 /// All arithmetic is local to a tile of W rows, so attention over blocks that start at multiples of
-/// W (paged pages of 16, prefill tiles of 64) is bitwise equal to attention over one contiguous block.
+/// W (paged pages of 16, prefill tiles of 64) is bitwise equal to attention over one contiguous block;
+/// the paged fold (attention/kernels/paged.hpp) stages the tiles that span smaller scattered pages.
 /// Chunks of ≤ kSmallChunkRows rows are visited in the outer loop and the G query heads in the inner
 /// loop, so K/V of a chunk are read from memory once and from L1 for the other heads.
 /// A partial last tile is staged once per chunk (converted to fp32, zero-padded) and reused by all
