@@ -123,11 +123,11 @@ void check_invariance(const LlamaWeights<Linear>& w) {
   const auto ref = alone(w, s);
   for (const int threads : {1, 2}) {
     CAPTURE(threads);
-    {  // paged pool
-      const std::string caches = "paged";
+    for (const std::size_t B : {4, 16}) {  // paged pool (pages smaller and larger than a kernel chunk)
+      const std::string caches = "paged:" + std::to_string(B);
       CAPTURE(caches);
       kv::PagedPool<float> pool({.n_layers = w.config.n_layers, .n_kv_heads = w.config.n_kv_heads,
-                                 .head_dim = w.config.head_dim, .block_tokens = 16, .n_blocks = 64});
+                                 .head_dim = w.config.head_dim, .block_tokens = B, .n_blocks = 64});
       std::vector<kv::SeqId> ids;
       for (std::size_t q = 0; q < s.seqs.size(); ++q) ids.push_back(pool.add_sequence());
       BatchedLlama<PoolCaches<float>, Linear> model(w, PoolCaches<float>{&pool}, {.threads = threads, .max_tokens = 32, .max_chunks = 8});
