@@ -16,10 +16,13 @@
 //           request, and the measured total time beside the simulator's (with stories260K's costs)
 //   Step 4  chunked prefill, prefix sharing and preemption on a small pool: a timeline of slots × steps
 //           and each request's TTFT and time per token
+//   Step 5  cascade attention: 16 sequences sharing a 2,048-token prefix with 64 tokens each of their
+//           own — K/V bytes read and time of one decode step's attention, per sequence vs cascade
 //
 // Run:  tutorial_batching [--model FILE] [--threads N] [--plot FILE.svg] [--no-synthetic]
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -28,10 +31,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "barato/attention/attend.hpp"
+#include "barato/attention/cascade.hpp"
 #include "barato/batch/executor.hpp"
 #include "barato/batch/policy.hpp"
 #include "barato/batch/scheduler.hpp"
@@ -45,6 +51,7 @@
 #include "models/llama_batch.hpp"
 #include "models/llama_weights.hpp"
 #include "models/shapes.hpp"
+#include "timing.hpp"
 
 namespace {
 
@@ -564,12 +571,76 @@ void step4(const bx::LlamaWeights<Linear>& w, int threads) {
               "     preempted, re-admitted later (hitting the cache for what it had) and still produces the same tokens.\n\n");
 }
 
+// ---- Step 5: cascade attention ---------------------------------------------------------------------
+
+/// One decode step's attention for S sequences forked from a `prefix`-position root, each with `own`
+/// positions of its own: per sequence (S decode calls) vs one decode_cascade; checks the tolerance.
+template <class T>
+void cascade_row(const char* pages, const attention::Heads& h, std::size_t S, std::size_t prefix, std::size_t own) {
+  constexpr std::size_t B = 16;
+  kv::PagedPool<T> pool({.n_layers = 1, .n_kv_heads = h.n_kv, .head_dim = h.head_dim, .block_tokens = B,
+                         .n_blocks = prefix / B + S * ((own + B - 1) / B + 1) + 8, .prefix_caching = false});
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto fill = [&](kv::SeqId s, std::size_t n) {
+    std::vector<float> k(n * h.kv_dim()), v(n * h.kv_dim());
+    for (auto& x : k) x = u(gen);
+    for (auto& x : v) x = u(gen);
+    pool.append(s, 0, k, v);
+  };
+  std::vector<kv::SeqId> seqs{pool.add_sequence()};
+  fill(seqs[0], prefix);
+  for (std::size_t s = 1; s < S; ++s) seqs.push_back(pool.fork(seqs[0]));
+  for (const auto s : seqs) fill(s, own);
+  std::vector<float> q(S * h.q_dim()), a(q.size()), b(q.size());
+  for (auto& x : q) x = u(gen);
+  attention::CascadeWorkspace ws(h, S);
+  auto per_seq = [&] {
+    for (std::size_t s = 0; s < S; ++s)
+      attention::decode(std::span<const float>(q).subspan(s * h.q_dim(), h.q_dim()), pool.view(seqs[s], 0), h,
+                        std::span<float>(a).subspan(s * h.q_dim(), h.q_dim()));
+  };
+  std::size_t shared = 0;
+  auto cascade = [&] { shared = attention::decode_cascade(q, pool, seqs, 0, h, b, ws); };
+  const auto [t_cas, t_seq] = bx::paired_medians(cascade, per_seq);
+  per_seq();
+  cascade();
+  double err = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) err = std::max(err, static_cast<double>(std::abs(a[i] - b[i])));
+  check(err <= attention::kCascadeRelTol, "cascade attention outside its tolerance (" + std::to_string(err) + ")");
+  const double row = static_cast<double>(pool.block_bytes()) / B;  // K + V bytes of one position
+  const double bytes_seq = static_cast<double>(S * (prefix + own)) * row, bytes_cas = static_cast<double>(prefix + S * own) * row;
+  std::printf("  %5zu/%-3zu %-5s %9.1f MB %9.1f MB %11.3f ms %11.3f ms %8.2f× %10.1e\n", h.n_q, h.n_kv, pages, bytes_seq / 1e6,
+              bytes_cas / 1e6, t_seq * 1e3, t_cas * 1e3, t_cas / t_seq, err);
+  (void)shared;
+}
+
+void step5() {
+  std::printf("Step 5. Cascade attention: 16 sequences forked from one 2,048-token prefix (a shared document or\n"
+              "        system prompt), 64 positions each of their own; one decode step's attention over one layer,\n"
+              "        head dim 64, pages of 16; median thread-CPU time of alternating batches\n\n");
+  std::printf("  %9s %-5s %12s %12s %14s %14s %9s %10s\n", "heads", "pages", "K/V per-seq", "K/V cascade", "per-sequence",
+              "cascade", "ratio", "max |Δ|");
+  const attention::Heads qwen{.n_q = 14, .n_kv = 2, .head_dim = 64}, mha{.n_q = 8, .n_kv = 4, .head_dim = 64};
+  for (const auto& h : {qwen, mha}) {
+    cascade_row<float>("fp32", h, 16, 2048, 64);
+    cascade_row<f16>("fp16", h, 16, 2048, 64);
+  }
+  std::printf("  -> per-sequence decode streams the shared pages once per sequence; the cascade streams them once\n"
+              "     for all 16 query sets (one pass with every sequence's heads stacked), then each suffix, and\n"
+              "     merges the two online-softmax states: ~11× fewer bytes. With 14 query heads over 2 KV heads\n"
+              "     each K/V row already serves 7 heads, so both are bound by multiply-adds more than by bytes and\n"
+              "     the time saved is smaller than the bytes saved. Results agree to fp32 rounding (max |Δ| column;\n"
+              "     not bitwise, which is why the cascade is opt-in).\n\n");
+}
+
 int run(const Args& a) {
   std::printf("Tutorial 9 — batching (threads = %d)\n\n", a.threads);
   if (!a.no_synthetic) step2(step1(a));
   const auto w = bx::load_llama2c(a.model);
   step3(w, a.threads);
   step4(w, a.threads);
+  step5();
   return 0;
 }
 
