@@ -1,10 +1,13 @@
-# Fails when README.md's first ```cpp block under "## Using barato in your project" differs from
+# Fails when README.md's first ```cpp block under SECTION (default "## Using barato in your project") differs from
 # tests/docs/readme_example.cpp (which the test docs_readme_example compiles and runs), so the
 # documented example cannot drift from code that builds.
 # Usage: cmake -DREADME=README.md -DEXAMPLE=tests/docs/readme_example.cpp -P check_readme_example.cmake
 file(READ "${README}" readme)
 file(READ "${EXAMPLE}" example)
-set(section "## Using barato in your project")
+if(NOT DEFINED SECTION)
+  set(SECTION "## Using barato in your project")
+endif()
+set(section "${SECTION}")
 string(FIND "${readme}" "${section}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "${README}: no section '${section}'")
