@@ -37,9 +37,6 @@
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/paged.hpp"
-#include "barato/nn/any_linear.hpp"
-#include "barato/quant/linear.hpp"
-#include "barato/quant/scheme.hpp"
 #include "barato/sample/chain.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
@@ -47,6 +44,7 @@
 #include "models/llama_batch.hpp"
 #include "models/requests.hpp"
 #include "models/tokenizer.hpp"
+#include "models/weight_formats.hpp"
 
 namespace {
 
@@ -287,6 +285,13 @@ int tool_main(int argc, const char* const* argv) {
   if (args.prefill_chunk < 1) throw CliError("--prefill-chunk must be >= 1");
   if (args.policy != "static" && args.policy != "continuous") throw CliError("--policy: expected static or continuous, got '" + args.policy + "'");
   (void)block_of(args.kv);
+  if (args.weights != "fp32") {
+    try {
+      (void)weight_scheme(args.weights);
+    } catch (const barato::value_error& e) {
+      throw CliError(e.what());
+    }
+  }
   std::vector<RequestSpec> specs;
   try {
     specs = load_requests(args.requests);  // the whole file is validated before anything runs
@@ -312,21 +317,7 @@ int tool_main(int argc, const char* const* argv) {
     reqs.push_back(std::move(p));
   }
   const Run run{args, tok, reqs, context};
-  if (args.weights != "fp32") {
-    barato::quant::Scheme scheme{};
-    try {
-      scheme = barato::quant::parse_scheme(args.weights);
-    } catch (const barato::value_error& e) {
-      throw CliError(std::string("--weights: ") + e.what());
-    }
-    const auto quantized = convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
-      return barato::quant::visit_scheme(scheme, [&](auto f) {
-        return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights(), &mem));
-      });
-    });
-    return with_policy(run, quantized);
-  }
-  return with_policy(run, dense);
+  return with_weight_format(args.weights, dense, &mem, [&](const auto& w) { return with_policy(run, w); });
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "models/llama.hpp"
 #include "models/speculative.hpp"
 #include "models/tokenizer.hpp"
+#include "models/weight_formats.hpp"
 
 namespace {
 
@@ -165,21 +166,13 @@ int tool_main(int argc, const char* const* argv) {
   std::size_t steps = args.steps;
   if (steps == 0 || steps > dense.config.seq_len) steps = dense.config.seq_len;  // as run.c
   const Context cx{args, tok, prompt_ids, mem, steps};
-  if (args.weights != "fp32") {  // --weights: quantized projections, chosen at run time (nn::AnyLinear)
-    barato::quant::Scheme scheme{};
-    try {
-      scheme = barato::quant::parse_scheme(args.weights);
-    } catch (const barato::value_error& e) {
-      throw CliError(std::string("--weights: ") + e.what());
-    }
-    const auto quantized = convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
-      return barato::quant::visit_scheme(scheme, [&](auto f) {
-        return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights(), &mem));
-      });
-    });
-    return dispatch_cache(cx, quantized);
+  // --weights: quantized projections, chosen at run time (nn::AnyLinear; models/weight_formats.hpp)
+  try {
+    return with_weight_format(args.weights, dense, &mem, [&](const auto& w) { return dispatch_cache(cx, w); });
+  } catch (const barato::value_error& e) {
+    if (std::string_view(e.what()).starts_with("--weights")) throw CliError(e.what());
+    throw;
   }
-  return dispatch_cache(cx, dense);
 }
 
 }  // namespace

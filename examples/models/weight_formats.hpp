@@ -1,0 +1,52 @@
+#pragma once
+/// \file
+/// The `--weights` flag of the example tools: a weight scheme name (`quant::parse_scheme`: int8-tensor,
+/// int8-row, int4-tensor, int4-row, int4-g128, nf4, …, or fp32) applied to every projection and the
+/// classifier of fp32 weights, quantized at load time and held as `nn::AnyLinear` so one instantiation
+/// of the tool serves every scheme.
+
+#include <memory_resource>
+#include <string>
+#include <string_view>
+
+#include "barato/core/error.hpp"
+#include "barato/nn/any_linear.hpp"
+#include "barato/nn/dense.hpp"
+#include "barato/quant/linear.hpp"
+#include "barato/quant/scheme.hpp"
+#include "models/llama_weights.hpp"
+
+namespace barato_examples {
+
+/// The scheme `name` names; throws `barato::value_error` starting "--weights: " for an unknown one.
+[[nodiscard]] inline barato::quant::Scheme weight_scheme(std::string_view name) {
+  try {
+    return barato::quant::parse_scheme(name);
+  } catch (const barato::value_error& e) {
+    throw barato::value_error(std::string("--weights: ") + e.what());
+  }
+}
+
+/// `dense` with every projection and the classifier quantized to `scheme`, as nn::AnyLinear (packed
+/// matrices from `mr`).
+[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> quantize_weights(const LlamaWeights<barato::nn::DenseLinear>& dense,
+                                                                          barato::quant::Scheme scheme,
+                                                                          std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+  return convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
+    return barato::quant::visit_scheme(scheme, [&](auto f) {
+      return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights(), mr));
+    });
+  });
+}
+
+/// Calls f(weights) with `dense` itself for "fp32", else with `quantize_weights(dense, name)`.
+/// Throws `value_error` ("--weights: …") for an unknown name, before any conversion.
+template <class F>
+decltype(auto) with_weight_format(std::string_view name, const LlamaWeights<barato::nn::DenseLinear>& dense,
+                                  std::pmr::memory_resource* mr, F&& f) {
+  if (name == "fp32") return f(dense);
+  const auto scheme = weight_scheme(name);
+  return f(quantize_weights(dense, scheme, mr));
+}
+
+}  // namespace barato_examples
