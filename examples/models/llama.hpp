@@ -104,6 +104,13 @@ class Llama {
                       cfg_.n_kv_heads, " of ", cfg_.head_dim);
       barato::require(caches_[i].size() == caches_[0].size(), "Llama: caches hold different numbers of positions");
     }
+    // Quantized layers keep their prepared activations in a per-thread arena (quant/scratch.hpp): grow
+    // it here, on the constructing thread, for a full chunk, so that no step allocates.
+    if constexpr (requires(const Linear& l) { l.reserve(std::size_t{1}); }) {
+      for (const auto& l : weights.layers)
+        for (const Linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) m->reserve(chunk_);
+      weights.classifier.reserve(chunk_);
+    }
   }
   /// Same, sharing ownership of the weights.
   Llama(std::shared_ptr<const LlamaWeights<Linear>> weights, std::vector<Cache> caches, const LlamaOptions& opt = {})
