@@ -50,7 +50,8 @@ struct VnniActivation {
   static constexpr int kFixedMax = kFixedPointMax;
   std::int8_t* hi = nullptr;        // [blocks · 128] high bytes of x16, in kernel order
   std::int8_t* lo = nullptr;        // [blocks · 128] low bytes of x16 (balanced: −128…127)
-  std::int32_t* corr = nullptr;     // [blocks, 16] offset · Σ x16 of each int32 lane's columns
+  std::int32_t* corr = nullptr;     // [blocks, 16] −offset · Σ x16 of each int32 lane's columns (the
+                                    // low plane's sums start from it, so no subtraction per block)
   std::int32_t* corr_lo = nullptr;  // [blocks, 16] the part of corr from a block's first 64 positions
                                     // (int8 codes with 32- or 64-column groups only, else null)
   float* sx = nullptr;              // [blocks] fixed-point step of each block
@@ -96,9 +97,9 @@ struct RowKernel<Arch, F> {
         const std::size_t pos = slot(i);
         a.hi[b * B + pos] = static_cast<std::int8_t>(h);
         a.lo[b * B + pos] = static_cast<std::int8_t>(q - 256 * h);
-        corr[(pos % 64) / 4] += kOffset * q;  // the int32 lane this column is summed into
+        corr[(pos % 64) / 4] -= kOffset * q;  // the int32 lane this column is summed into
         if constexpr (kSmallGroups) {
-          if (pos < 64) a.corr_lo[b * 16 + pos / 4] += kOffset * q;
+          if (pos < 64) a.corr_lo[b * 16 + pos / 4] -= kOffset * q;
         }
       });
     }
@@ -134,8 +135,8 @@ struct RowKernel<Arch, F> {
             const __m512i c_lo = _mm512_load_si512(a[j].corr_lo + b * 16);
             const __m512i corr = half == 0 ? c_lo : _mm512_sub_epi32(_mm512_load_si512(a[j].corr + b * 16), c_lo);
             const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].hi + c0));
-            const __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].lo + c0));
-            const __m512i di = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl), corr);
+            const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(a[j].lo + c0));
+            const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
             const __m512 sv = kGroup == 64 ? _mm512_set1_ps(static_cast<float>(sc[c0 / 64]) * a[j].sx[b])
                                            : _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]));
             if (half == 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1[j]);
@@ -166,11 +167,12 @@ struct RowKernel<Arch, F> {
         const std::int8_t* lo = a[j].lo + b * B;
         __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(hi));
         dh = _mm512_dpbusd_epi32(dh, u1, _mm512_load_si512(hi + 64));
-        __m512i dl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(lo));
+        __m512i dl = _mm512_dpbusd_epi32(_mm512_load_si512(a[j].corr + b * 16), u0, _mm512_load_si512(lo));
         dl = _mm512_dpbusd_epi32(dl, u1, _mm512_load_si512(lo + 64));
-        // exact integer Σ q·x16 per lane, then one fp32 multiply-add by scale · step
-        const __m512i di = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl), _mm512_load_si512(a[j].corr + b * 16));
-        const __m512 sk = _mm512_set1_ps(s * a[j].sx[b]);
+        // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add by
+        // step (one scale per row: applied once at the end) or by scale · step
+        const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+        const __m512 sk = _mm512_set1_ps(kBlocksPerGroup == 0 ? a[j].sx[b] : s * a[j].sx[b]);
         if (b & 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc1[j]);
         else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc0[j]);
       }
@@ -178,6 +180,7 @@ struct RowKernel<Arch, F> {
     const std::size_t tail = blocks * B;  // the rest of the row (one scale unless the groups are small)
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
+      if constexpr (!kSmallGroups && kBlocksPerGroup == 0) total *= s;  // the row's (or tensor's) one scale
       if (tail < v.cols) {
         if constexpr (F::kCodeBits == 8) {
           const std::size_t step = kSmallGroups ? kGroup : v.cols;

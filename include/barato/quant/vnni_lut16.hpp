@@ -52,7 +52,7 @@ namespace barato::quant {
 struct VnniLut16Activation {
   static constexpr std::size_t kBlock = kFixedPointBlock;
   std::int16_t* x16 = nullptr;       // [blocks · 128] kernel order (see `RowKernel::slot`)
-  float* sx = nullptr;               // [blocks] fixed-point step of each block
+  float* k = nullptr;                // [blocks] fixed-point step of each block / kLevelScale
   const float* x = nullptr;          // [cols] the fp32 vector (tail columns)
   std::size_t cols = 0, blocks = 0;  // blocks = cols / 128 (full blocks only)
 };
@@ -112,11 +112,12 @@ struct RowKernel<Arch, F> {
     a.cols = cols;
     a.blocks = cols / B;
     a.x16 = reinterpret_cast<std::int16_t*>(scratch);
-    a.sx = reinterpret_cast<float*>(a.x16 + a.blocks * B);
+    a.k = reinterpret_cast<float*>(a.x16 + a.blocks * B);
     for (std::size_t b = 0; b < a.blocks; ++b)
-      a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
-        a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
-      });
+      a.k[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
+                 a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
+               }) /
+               kLevelScale;  // divided once here, not once per row
   }
 
   /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
@@ -156,7 +157,7 @@ struct RowKernel<Arch, F> {
         d = _mm512_dpwssd_epi32(d, w1, _mm512_load_si512(xb + 32));
         d = _mm512_dpwssd_epi32(d, w2, _mm512_load_si512(xb + 64));
         d = _mm512_dpwssd_epi32(d, w3, _mm512_load_si512(xb + 96));
-        const float k = a[j].sx[b] / kLevelScale;
+        const float k = a[j].k[b];
         __m512 sv;
         if constexpr (kPairScales) {
           sv = _mm512_broadcast_f32x2(_mm_mul_ps(s01, _mm_set1_ps(k)));
