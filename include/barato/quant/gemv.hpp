@@ -18,7 +18,7 @@
 ///
 /// Cost: n = 1 streams the weights (≈ 0.8–0.86 of the DRAM probe for int8-row on one core); for n ≥ 4
 /// the integer kernels are bound by their arithmetic, not by memory: 15-bit activations take two
-/// `vpdpbusd` (int8 codes) or four `vpdpwssd` (4-bit table) per 64 columns and vector. Measured on
+/// `vpdpbusd` (two byte planes) or two `vpdpwssd` (int16) per 64 columns and vector. Measured on
 /// 4864×896, one thread (bench_batching Products, paired runs): int8-row time(16) ≈ 5.1 × time(1),
 /// int4-g128 ≈ 8 ×, fp32 (nn::Dense) ≈ 1.7–2.2 ×.
 ///
