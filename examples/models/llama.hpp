@@ -134,7 +134,15 @@ class LlamaStack {
               barato::attention::RopeConfig{cfg_.rope_base, cfg_.rope_style, 0}, mr),
         x_(rows_ * cfg_.dim, mr), xn_(rows_ * cfg_.dim, mr), q_(rows_ * cfg_.q_dim(), mr), k_(rows_ * cfg_.kv_dim(), mr),
         v_(rows_ * cfg_.kv_dim(), mr), att_(rows_ * cfg_.q_dim(), mr), o_(rows_ * cfg_.dim, mr),
-        h1_(rows_ * cfg_.hidden_dim, mr), h3_(rows_ * cfg_.hidden_dim, mr) {}
+        h1_(rows_ * cfg_.hidden_dim, mr), h3_(rows_ * cfg_.hidden_dim, mr) {
+    // Quantized layers keep their prepared activations in a per-thread arena (quant/scratch.hpp): grow
+    // it here, on the constructing thread, for a full block of rows, so that no step allocates.
+    if constexpr (requires(const Linear& m) { m.reserve(std::size_t{1}); }) {
+      for (const auto& l : w.layers)
+        for (const Linear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) m->reserve(rows_);
+      w.classifier.reserve(rows_);
+    }
+  }
 
   [[nodiscard]] const LlamaConfig& config() const noexcept { return cfg_; }
   [[nodiscard]] const LlamaWeights<Linear>& weights() const noexcept { return *w_; }

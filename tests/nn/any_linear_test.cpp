@@ -89,3 +89,21 @@ TEST_CASE("AnyLinear holds any LinearLayer, owns it, and reports errors") {
   CHECK_THROWS_AS(empty.apply(x, y), value_error);
   CHECK_THROWS_AS(empty.apply_batch(x, y, 1), value_error);
 }
+
+namespace {
+/// SumLayer with a `reserve(n)` that records its argument (as quant::Linear's grows its scratch).
+struct ReservingLayer : SumLayer {
+  std::size_t* reserved;
+  void reserve(std::size_t n) const { *reserved = n; }
+};
+}  // namespace
+
+TEST_CASE("AnyLinear::reserve forwards to a held layer that has reserve(n), and is a no-op otherwise") {
+  std::size_t reserved = 0;
+  const nn::AnyLinear a(ReservingLayer{{2, 3, 1.0f}, &reserved});
+  a.reserve(17);
+  CHECK(reserved == 17);
+  const nn::AnyLinear b(SumLayer{2, 3, 1.0f});
+  CHECK_NOTHROW(b.reserve(17));
+  CHECK_NOTHROW(nn::AnyLinear{}.reserve(5));
+}

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -136,3 +137,26 @@ TEST_CASE("Dense rejects mismatched shapes with shape_error") {
 }
 
 static_assert(nn::LinearLayer<nn::DenseLinear>);
+
+TEST_CASE_TEMPLATE("Dense::apply_batch rows equal apply bitwise for n = 1 … 70 and 1 or 2 threads", T, float, f16, bf16) {
+  // 96 × 300: one row block; 700 × 300: several L2 row blocks (kRowBlockBytes / (300 · sizeof(T)) < 700)
+  for (const auto& [rows, cols, step] : {std::tuple<std::size_t, std::size_t, std::size_t>{96, 300, 1}, {700, 300, 11}}) {
+    CAPTURE(rows);
+    const auto w = test::random_vector(rows * cols, 31);
+    const nn::Dense<T> layer(rows, cols, w);
+    constexpr std::size_t kMaxN = 70;
+    const auto x = test::random_vector(kMaxN * cols, 32);
+    std::vector<float> single(kMaxN * rows), yb(kMaxN * rows);
+    for (std::size_t t = 0; t < kMaxN; ++t)
+      layer.apply(std::span<const float>(x).subspan(t * cols, cols), std::span<float>(single).subspan(t * rows, rows));
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      for (std::size_t n = 1; n <= kMaxN; n += (n < 9 ? 1 : step)) {
+        CAPTURE(n);
+        layer.apply_batch(std::span<const float>(x).first(n * cols), std::span<float>(yb).first(n * rows), n, threads);
+        for (std::size_t i = 0; i < n * rows; ++i)
+          if (yb[i] != single[i]) REQUIRE(yb[i] == single[i]);
+      }
+    }
+  }
+}

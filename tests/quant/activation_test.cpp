@@ -9,6 +9,8 @@
 
 #include "barato/core/memory.hpp"
 #include "quant/reference.hpp"
+#include "support/alloc_counter.hpp"
+#include "support/archs.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -83,4 +85,34 @@ TEST_CASE("W8A8Linear is a LinearLayer close to fp32 on well-behaved activations
     den += exact[r] * exact[r];
   }
   CHECK(std::sqrt(num / den) < 0.02);  // two 8-bit roundings: about 1 % relative error
+}
+
+TEST_CASE("W8A8Linear::apply_batch rows equal apply bitwise for n = 1 … 70 and 1 or 2 threads, and allocate nothing after reserve") {
+  const auto check = [&]<class Arch>(Arch) {
+    const std::size_t R = 96, C = 300;  // two full 128-column chunks and a 44-column masked tail
+    const auto w = ref::normal_vector(R * C, 6, 0.05f);
+    const W8A8Linear<f16, Arch> lin(R, C, w);
+    constexpr std::size_t kMaxN = 70;
+    const auto x = barato::test::random_vector(kMaxN * C, 7, -3.f, 3.f);
+    std::vector<float> single(kMaxN * R), yb(kMaxN * R);
+    for (std::size_t t = 0; t < kMaxN; ++t)
+      lin.apply(std::span<const float>(x).subspan(t * C, C), std::span<float>(single).subspan(t * R, R), 1);
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      for (std::size_t n = 1; n <= kMaxN; ++n) {
+        CAPTURE(n);
+        std::fill(yb.begin(), yb.end(), -1.f);
+        lin.apply_batch(std::span<const float>(x).first(n * C), std::span<float>(yb).first(n * R), n, threads);
+        for (std::size_t i = 0; i < n * R; ++i)
+          if (yb[i] != single[i]) REQUIRE(yb[i] == single[i]);
+      }
+    }
+    lin.reserve(kMaxN);
+    barato::test::CountAllocations count;
+    lin.apply_batch(x, yb, kMaxN, 1);
+    lin.apply(std::span<const float>(x).first(C), std::span<float>(yb).first(R), 1);
+    CHECK(count.count() == 0);
+  };
+  check(simd::DefaultArch{});
+  check(barato::test::PortableArch{});
 }

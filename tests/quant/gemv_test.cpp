@@ -12,6 +12,7 @@
 #include "barato/quant/nf4.hpp"
 #include "quant/kernel_check.hpp"
 #include "quant/reference.hpp"
+#include "support/alloc_counter.hpp"
 #include "support/archs.hpp"
 #include "support/reference.hpp"
 
@@ -73,7 +74,7 @@ TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format 
   check_shapes<simd::DefaultArch, F>();
 }
 
-TEST_CASE_TEMPLATE("rows wider than the VNNI activation planes fall back to the portable kernel", F, Int8PerRow<>,
+TEST_CASE_TEMPLATE("rows wider than 16384 columns (the old stack planes) take the same kernels", F, Int8PerRow<>,
                    Int4Group<128>, Nf4<64>, Int8Group<32, float>) {
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
@@ -123,4 +124,100 @@ TEST_CASE("gemv rejects mismatched sizes") {
   CHECK_THROWS_AS(gemv(m.view(), x8, y5), shape_error);
   std::vector<float> xb(16), yb(8);
   CHECK_THROWS_AS(gemv_batch(m.view(), xb, yb, 3), shape_error);
+}
+
+namespace {
+
+/// Row t of gemv_batch over the first n vectors equals gemv of x_t bit for bit, for every n in
+/// 1 … kMaxN (full and partial groups of kVecTile, one and two vector blocks of kVecBlock) and for
+/// 1 and 2 threads.
+template <class Arch, class F>
+void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed) {
+  CAPTURE(rows);
+  CAPTURE(cols);
+  const std::string_view kernel = RowKernel<Arch, F>::kName;
+  CAPTURE(kernel);
+  constexpr std::size_t kMaxN = 70;
+  static_assert(kMaxN > quant::detail::kVecBlock);
+  const auto m = ref::test_matrix<F>(rows, cols, seed);
+  const auto x = barato::test::random_vector(kMaxN * cols, seed + 1, -2.0f, 2.0f);
+  std::vector<float> single(kMaxN * rows), yb(kMaxN * rows);
+  for (std::size_t t = 0; t < kMaxN; ++t)
+    gemv<Arch>(m.view(), std::span<const float>(x.data() + t * cols, cols), std::span<float>(single.data() + t * rows, rows), 1);
+  for (const int threads : {1, 2}) {
+    CAPTURE(threads);
+    for (std::size_t n = 1; n <= kMaxN; ++n) {
+      CAPTURE(n);
+      std::fill(yb.begin(), yb.end(), -1.0f);
+      gemv_batch<Arch>(m.view(), std::span<const float>(x.data(), n * cols), std::span<float>(yb.data(), n * rows), n,
+                       threads);
+      for (std::size_t i = 0; i < n * rows; ++i)
+        if (yb[i] != single[i]) REQUIRE(yb[i] == single[i]);  // bitwise; one REQUIRE per mismatch only
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or 2 threads (default arch kernels)", F,
+                   Int8PerTensor<>, Int8PerRow<>, Int8Group<32>, AbsMax<8, PerGroup<32>, float>, Int8Group<64>,
+                   Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
+                   AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>) {
+  check_batch_invariance<simd::DefaultArch, F>(96, 300, 21);  // 2 full 128-blocks + a 44-column tail
+}
+
+TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise (portable kernels)", F, Int8PerRow<>, Int4Group<128>, Nf4<64>) {
+  check_batch_invariance<barato::test::PortableArch, F>(40, 172, 22);
+#if XSIMD_WITH_AVX2
+  check_batch_invariance<xsimd::avx2, F>(40, 172, 23);
+#endif
+}
+
+TEST_CASE("gemv_batch over several L2 row blocks (n > kVecBlock) equals gemv bitwise") {
+  // 1024 int8 columns: kRowBlockBytes / 1024 = 512 rows per block, so 1100 rows are three blocks.
+  using F = Int8PerRow<>;
+  const std::size_t rows = 1100, cols = 1024, n = 66;
+  static_assert(quant::detail::kRowBlockBytes / 1024 < 1100 / 2);
+  const auto m = ref::test_matrix<F>(rows, cols, 31);
+  const auto x = barato::test::random_vector(n * cols, 32, -2.0f, 2.0f);
+  std::vector<float> y(rows), yb(n * rows);
+  gemv_batch(m.view(), x, yb, n, 2);
+  for (std::size_t t = 0; t < n; ++t) {
+    gemv(m.view(), std::span<const float>(x.data() + t * cols, cols), y, 1);
+    for (std::size_t r = 0; r < rows; ++r)
+      if (yb[t * rows + r] != y[r]) REQUIRE(yb[t * rows + r] == y[r]);
+  }
+}
+
+TEST_CASE("gemv_batch allocates only to grow the thread's arena: nothing after reserve_gemv or a first call") {
+  using F = Int8PerRow<>;
+  const std::size_t rows = 64, cols = 896, n = 64;
+  const auto m = ref::test_matrix<F>(rows, cols, 41);
+  const auto x = barato::test::random_vector(n * cols, 42, -1.0f, 1.0f);
+  std::vector<float> y(n * rows);
+  reserve_gemv<simd::DefaultArch, F>(n, cols);
+  const std::size_t held = ActivationArena::local().capacity();
+  CHECK(held >= quant::detail::batch_scratch_bytes<RowKernel<simd::DefaultArch, F>>(n, cols));
+  {
+    barato::test::CountAllocations count;
+    gemv_batch(m.view(), x, y, n, 1);
+    gemv_batch(m.view(), std::span<const float>(x.data(), 5 * cols), std::span<float>(y.data(), 5 * rows), 5, 1);
+    gemv(m.view(), std::span<const float>(x.data(), cols), std::span<float>(y.data(), rows), 1);
+    CHECK(count.count() == 0);
+  }
+  CHECK(ActivationArena::local().capacity() == held);
+  // a larger batch grows the arena once, then the same call allocates nothing
+  const std::size_t n2 = 2 * n;
+  const auto x2 = barato::test::random_vector(n2 * cols, 43, -1.0f, 1.0f);
+  std::vector<float> y2(n2 * rows);
+  {
+    barato::test::CountAllocations count;
+    gemv_batch(m.view(), x2, y2, n2, 1);
+    CHECK(count.count() == 1);
+  }
+  {
+    barato::test::CountAllocations count;
+    gemv_batch(m.view(), x2, y2, n2, 1);
+    CHECK(count.count() == 0);
+  }
 }

@@ -16,6 +16,7 @@
 
 #include "barato/quant/fixed_point.hpp"
 #include "barato/quant/quantized_matrix.hpp"
+#include "barato/quant/scratch.hpp"
 #include "quant/reference.hpp"
 #include "support/reference.hpp"
 
@@ -74,11 +75,11 @@ void check_dots(const quant::QuantizedMatrix<F>& m, const std::vector<float>& x,
   const auto scale = abs_matvec(w_hat, rows, cols, x.data());
   auto bound = fixed_point_bound<K>(m, w_hat, x.data());
   if (!with_fixed_point) std::fill(bound.begin(), bound.end(), 0.0);
-  auto act = std::make_unique<typename K::Activation>();  // the VNNI activations are ~33 KiB
-  K::prepare(x.data(), cols, *act);
+  typename K::Activation act;  // a view into the thread's arena (the VNNI planes)
+  K::prepare(x.data(), cols, act, quant::ActivationArena::local().get(K::activation_bytes(cols)));
   for (std::size_t r = 0; r < rows; ++r) {
     CAPTURE(r);
-    const double got = K::dot(m.view(), r, *act);
+    const double got = K::dot(m.view(), r, act);
     REQUIRE(std::fabs(got - expect[r]) <= kKernelRelTol * (scale[r] + kTiny) + bound[r]);
   }
 }

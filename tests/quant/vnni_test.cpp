@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "barato/quant/absmax.hpp"
 #include "quant/kernel_check.hpp"
@@ -43,8 +44,12 @@ TEST_CASE("avx512-vnni prepare: the two byte planes hold x16 = 256·hi + lo with
   const std::size_t cols = 256;
   auto x = barato::test::random_vector(cols, 91, -3.f, 3.f);
   for (std::size_t c = 128; c < cols; ++c) x[c] = 0.0f;  // second block all zero
-  auto a = std::make_unique<K::Activation>();
-  K::prepare(x.data(), cols, *a);
+  std::vector<std::byte> storage(K::activation_bytes(cols) + 64);
+  void* p = storage.data();
+  std::size_t space = storage.size();
+  K::Activation act;
+  K::prepare(x.data(), cols, act, static_cast<std::byte*>(std::align(64, K::activation_bytes(cols), p, space)));
+  const K::Activation* a = &act;
   REQUIRE(a->blocks == 2);
   CHECK(a->sx[1] == 0.0f);
   float xmax = 0;

@@ -50,6 +50,13 @@ class AnyLinear {
     held().apply_batch(x, y, n, threads);
   }
 
+  /// Forwards to the held layer's `reserve(n)` where it has one (the quantized layers' per-thread
+  /// activation scratch, quant/scratch.hpp): afterwards batches of up to n vectors allocate nothing on
+  /// the calling thread. No effect for layers without scratch or when empty.
+  void reserve(std::size_t n) const {
+    if (self_) self_->reserve(n);
+  }
+
   /// The held layer if it is an `L`, else nullptr.
   template <LinearLayer L>
   [[nodiscard]] const L* target() const noexcept {
@@ -65,6 +72,7 @@ class AnyLinear {
     [[nodiscard]] virtual std::size_t bytes() const noexcept = 0;
     virtual void apply(std::span<const float> x, std::span<float> y, int threads) const = 0;
     virtual void apply_batch(std::span<const float> x, std::span<float> y, std::size_t n, int threads) const = 0;
+    virtual void reserve(std::size_t n) const = 0;
   };
 
   template <class L>
@@ -79,6 +87,9 @@ class AnyLinear {
     }
     void apply_batch(std::span<const float> x, std::span<float> y, std::size_t n, int threads) const override {
       layer.apply_batch(x, y, n, threads);
+    }
+    void reserve(std::size_t n) const override {
+      if constexpr (requires { layer.reserve(n); }) layer.reserve(n);
     }
     L layer;
   };

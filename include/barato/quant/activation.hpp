@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory_resource>
+#include <new>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "barato/quant/format.hpp"
 #include "barato/quant/gemv.hpp"
 #include "barato/quant/quantized_matrix.hpp"
+#include "barato/quant/scratch.hpp"
 #include "barato/simd/arch.hpp"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -53,43 +55,102 @@ inline float quantize_activation(std::span<const float> x, std::span<std::int8_t
   return s;
 }
 
-/// Σ w[i] · x[i] over n int8 pairs in int32 (exact for n < 2^17). Portable loop.
+/// One activation vector quantized to int8 (a view): codes, scale and the sum of the codes.
+struct Int8Activation {
+  const std::int8_t* q = nullptr;  // [cols] codes
+  float sx = 0.f;                  // per-token scale: x ≈ sx · q
+  std::int32_t sum = 0;            // Σ q (the VNNI kernel's offset correction)
+};
+
+/// Σ w[i] · x[i] over n int8 pairs in int32 (exact for n < 2^17). Portable loop. `dot_n<N>` does N
+/// activation vectors against the same weights (integer sums: the same for every N).
 template <class Arch>
 struct Int8Dot {
   static constexpr const char* kName = "scalar-int32";
+  template <std::size_t N>
+  static void dot_n(const std::int8_t* w, const Int8Activation* a, std::size_t n, std::int32_t* out) noexcept {
+    for (std::size_t j = 0; j < N; ++j) out[j] = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < N; ++j) out[j] += std::int32_t{w[i]} * std::int32_t{a[j].q[i]};
+  }
   [[nodiscard]] static std::int32_t dot(const std::int8_t* w, const std::int8_t* x, std::size_t n,
-                                        std::int32_t /*sum_x*/) noexcept {
-    std::int32_t s = 0;
-    for (std::size_t i = 0; i < n; ++i) s += std::int32_t{w[i]} * std::int32_t{x[i]};
-    return s;
+                                        std::int32_t sum_x) noexcept {
+    const Int8Activation a{x, 0.f, sum_x};
+    std::int32_t out;
+    dot_n<1>(w, &a, n, &out);
+    return out;
   }
 };
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /// VNNI: 64 int8 products per `vpdpbusd`; w enters as w + 128 (sign bit flipped), so the result is
-/// corrected by 128 · Σ x (`sum_x`, computed once per vector).
+/// corrected by 128 · Σ x (`sum_x`, computed once per vector). `dot_n<N>` loads each 64 weights once
+/// for N vectors.
 template <class Arch>
   requires(simd::kHasAvx512bw<Arch>)
 struct Int8Dot<Arch> {
   static constexpr const char* kName = "avx512-vnni";
-  [[nodiscard]] static std::int32_t dot(const std::int8_t* w, const std::int8_t* x, std::size_t n,
-                                        std::int32_t sum_x) noexcept {
+  template <std::size_t N>
+  static void dot_n(const std::int8_t* w, const Int8Activation* a, std::size_t n, std::int32_t* out) noexcept {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    __m512i a0[N], a1[N];
+    for (std::size_t j = 0; j < N; ++j) a0[j] = a1[j] = _mm512_setzero_si512();
     std::size_t i = 0;
     for (; i + 128 <= n; i += 128) {
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_loadu_si512(w + i), flip), _mm512_loadu_si512(x + i));
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_loadu_si512(w + i + 64), flip), _mm512_loadu_si512(x + i + 64));
+      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(w + i), flip);
+      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(w + i + 64), flip);
+      for (std::size_t j = 0; j < N; ++j) {
+        a0[j] = _mm512_dpbusd_epi32(a0[j], u0, _mm512_loadu_si512(a[j].q + i));
+        a1[j] = _mm512_dpbusd_epi32(a1[j], u1, _mm512_loadu_si512(a[j].q + i + 64));
+      }
     }
     for (; i < n; i += 64) {  // masked tail: x is 0 in masked lanes, so their (flipped) w does not count
       const std::size_t left = n - i;
       const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + i), flip), _mm512_maskz_loadu_epi8(m, x + i));
+      const __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + i), flip);
+      for (std::size_t j = 0; j < N; ++j) a0[j] = _mm512_dpbusd_epi32(a0[j], u, _mm512_maskz_loadu_epi8(m, a[j].q + i));
     }
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1)) - 128 * sum_x;
+    for (std::size_t j = 0; j < N; ++j) out[j] = _mm512_reduce_add_epi32(_mm512_add_epi32(a0[j], a1[j])) - 128 * a[j].sum;
+  }
+  [[nodiscard]] static std::int32_t dot(const std::int8_t* w, const std::int8_t* x, std::size_t n,
+                                        std::int32_t sum_x) noexcept {
+    const Int8Activation a{x, 0.f, sum_x};
+    std::int32_t out;
+    dot_n<1>(w, &a, n, &out);
+    return out;
   }
 };
 #endif
+
+namespace detail {
+/// y[(j0 + j) · rows + r] = s_r · sx_j · (row r · a[j]) for j < m ≤ kVecTile (one `Int8Dot::dot_n`).
+template <class Arch, class View>
+inline void w8a8_group(const View& w, std::size_t r, const Int8Activation* a, std::size_t m, float* y,
+                       std::size_t j0) noexcept {
+  const auto* wr = reinterpret_cast<const std::int8_t*>(w.row(r));
+  std::int32_t d[kVecTile];
+  switch (m) {
+    case 4: Int8Dot<Arch>::template dot_n<4>(wr, a, w.cols, d); break;
+    case 3: Int8Dot<Arch>::template dot_n<3>(wr, a, w.cols, d); break;
+    case 2: Int8Dot<Arch>::template dot_n<2>(wr, a, w.cols, d); break;
+    default: Int8Dot<Arch>::template dot_n<1>(wr, a, w.cols, d); break;
+  }
+  const float s = static_cast<float>(w.row_scales(r)[0]);
+  for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = s * a[j].sx * static_cast<float>(d[j]);
+}
+
+/// Y = dequant(W) · dequant(A) for n quantized vectors a [n], rows split between threads.
+template <class Arch, class View>
+void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, float* y, int threads) {
+  parallel_for(
+      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      [&](std::size_t lo, std::size_t hi) {
+        walk_rows(w.row_bytes, n, lo, hi,
+                  [&](std::size_t r, std::size_t j, std::size_t m) { w8a8_group<Arch>(w, r, a + j, m, y, j); });
+      },
+      kRowGrain);
+}
+}  // namespace detail
 
 /// y_r = s_r · sx · Σ_c q_rc · xq_c for int8 weights with one scale per row or per tensor.
 /// xq [cols], y [rows]. Throws `shape_error` on mismatched sizes. O(rows·cols); allocates nothing.
@@ -99,23 +160,20 @@ void gemv_w8a8(const QuantizedView<AbsMax<8, Gran, S>>& w, std::span<const std::
                std::span<float> y, int threads = 1) {
   require(xq.size() == w.cols, "quant::gemv_w8a8: xq has ", xq.size(), " elements, expected cols = ", w.cols);
   require(y.size() == w.rows, "quant::gemv_w8a8: y has ", y.size(), " elements, expected rows = ", w.rows);
-  std::int32_t sum_x = 0;
-  for (auto v : xq) sum_x += v;
-  parallel_for(
-      w.rows, detail::useful_threads(w.rows, w.cols, threads),
-      [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t r = lo; r < hi; ++r) {
-          const auto d = Int8Dot<Arch>::dot(reinterpret_cast<const std::int8_t*>(w.row(r)), xq.data(), w.cols, sum_x);
-          y[r] = static_cast<float>(w.row_scales(r)[0]) * sx * static_cast<float>(d);
-        }
-      },
-      detail::kRowGrain);
+  Int8Activation a{xq.data(), sx, 0};
+  for (auto v : xq) a.sum += v;
+  detail::gemv_w8a8_batch<Arch>(w, &a, 1, y.data(), threads);
 }
 
-/// A W8A8 linear layer: int8 per-row weights, activations quantized per token on the fly. Holds a
-/// scratch row of `cols` int8 (sized at construction), so `apply` allocates nothing — and one object
-/// must not run `apply` from two threads at once. `apply_batch` quantizes and multiplies token by
-/// token (weights read once per token).
+/// A W8A8 linear layer: int8 per-row weights, activations quantized per token on the fly.
+/// `apply_batch` quantizes the n tokens once per call into the calling thread's `ActivationArena`
+/// (quant/scratch.hpp: n · (cols rounded to 64) bytes of codes + the scales) and walks the rows as
+/// `gemv_batch` does: each weight is read from memory once per call, each 64 weights are loaded once
+/// for 4 tokens (`Int8Dot::dot_n<4>`), and row t equals `apply` of token t bit for bit (the integer
+/// dot products are exact; y = s_r · sx_t · d in the same order). Error: per token, x is rounded to
+/// sx / 2 (sx = max |x| / 127), so |y_r − Ŵ_r·x| ≤ (sx / 2) Σ_c |Ŵ_rc| plus one fp32 rounding.
+/// Allocates nothing once the arena holds the largest batch (`reserve`); `apply` may run from several
+/// threads at once.
 template <Element S = f16, class Arch = simd::DefaultArch>
 class W8A8Linear {
  public:
@@ -123,28 +181,49 @@ class W8A8Linear {
 
   W8A8Linear(std::size_t rows, std::size_t cols, std::span<const float> w,
              std::pmr::memory_resource* mr = std::pmr::get_default_resource())
-      : m_(rows, cols, w, mr), xq_(cols, mr) {}
+      : m_(rows, cols, w, mr) {}
 
   [[nodiscard]] std::size_t rows() const noexcept { return m_.rows(); }
   [[nodiscard]] std::size_t cols() const noexcept { return m_.cols(); }
   [[nodiscard]] std::size_t bytes() const noexcept { return m_.bytes(); }
   [[nodiscard]] const QuantizedMatrix<format>& matrix() const noexcept { return m_; }
 
-  /// y = Ŵ · dequant(quant(x)). Throws `shape_error` / `value_error` (non-finite x).
+  /// Grows the calling thread's arena for batches of up to n tokens (then nothing allocates).
+  void reserve(std::size_t n) const { ActivationArena::local().reserve(scratch_bytes(n)); }
+
+  /// y = Ŵ · dequant(quant(x)): `apply_batch` with n = 1. Throws `shape_error` / `value_error` (non-finite x).
   void apply(std::span<const float> x, std::span<float> y, int threads = 1) const {
     require(x.size() == cols(), "quant::W8A8Linear::apply: x has ", x.size(), " elements, expected cols = ", cols());
-    const float sx = quantize_activation(x, xq_.span());
-    gemv_w8a8<Arch>(m_.view(), std::span<const std::int8_t>(xq_.span()), sx, y, threads);
+    require(y.size() == rows(), "quant::W8A8Linear::apply: y has ", y.size(), " elements, expected rows = ", rows());
+    run(x, y, 1, threads);
   }
+  /// Y = Ŵ · dequant(quant(X)) for n tokens (X [n, cols], Y [n, rows]); see the class comment.
   void apply_batch(std::span<const float> x, std::span<float> y, std::size_t n, int threads = 1) const {
     require(x.size() == n * cols() && y.size() == n * rows(), "quant::W8A8Linear::apply_batch: expected x [", n, ", ",
             cols(), "] and y [", n, ", ", rows(), "], got ", x.size(), " and ", y.size(), " elements");
-    for (std::size_t t = 0; t < n; ++t) apply(x.subspan(t * cols(), cols()), y.subspan(t * rows(), rows()), threads);
+    run(x, y, n, threads);
   }
 
  private:
+  [[nodiscard]] std::size_t scratch_bytes(std::size_t n) const noexcept {
+    return scratch_round(n * sizeof(Int8Activation)) + n * scratch_round(cols());
+  }
+  void run(std::span<const float> x, std::span<float> y, std::size_t n, int threads) const {
+    if (n == 0) return;
+    const std::size_t c = cols(), head = scratch_round(n * sizeof(Int8Activation));
+    std::byte* s = ActivationArena::local().get(scratch_bytes(n));
+    for (std::size_t t = 0; t < n; ++t) ::new (s + t * sizeof(Int8Activation)) Int8Activation{};
+    auto* acts = std::launder(reinterpret_cast<Int8Activation*>(s));  // [n], then the codes [n, cols (rounded)]
+    for (std::size_t t = 0; t < n; ++t) {
+      auto* q = reinterpret_cast<std::int8_t*>(s + head + t * scratch_round(c));
+      acts[t].q = q;
+      acts[t].sx = quantize_activation(x.subspan(t * c, c), std::span<std::int8_t>(q, c));
+      for (std::size_t i = 0; i < c; ++i) acts[t].sum += q[i];
+    }
+    detail::gemv_w8a8_batch<Arch>(m_.view(), acts, n, y.data(), threads);
+  }
+
   QuantizedMatrix<format> m_;
-  mutable Buffer<std::int8_t> xq_;  // [cols] scratch: the quantized activation
 };
 
 static_assert(nn::LinearLayer<W8A8Linear<>>);

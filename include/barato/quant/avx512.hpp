@@ -37,42 +37,65 @@ template <class Arch, Format F>
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-int8";
   using Activation = FloatActivation;
-  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
+  static constexpr std::size_t activation_bytes(std::size_t /*cols*/) noexcept { return 0; }
+  static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* /*scratch*/ = nullptr) noexcept {
+    a = {x, cols};
+  }
 
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
-    const float* x = act.x;
+  /// out[j] = row r · a[j].x for j < N; each 16 weights are widened once for all N vectors.
+  template <std::size_t N>
+  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* act, float* out) noexcept {
     using G = typename F::granularity;
     const auto* w = reinterpret_cast<const std::int8_t*>(v.row(r));
     const auto* sc = v.row_scales(r);
     const std::size_t n = v.cols;
     const std::size_t seg = G::kGroup != 0 ? G::kGroup : n;
-    __m512 total[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (std::size_t c0 = 0, j = 0; c0 < n; c0 += seg, ++j) {
+    __m512 t0[N], t1[N];  // two independent chains across groups, per vector
+    for (std::size_t j = 0; j < N; ++j) t0[j] = t1[j] = _mm512_setzero_ps();
+    for (std::size_t c0 = 0, g = 0; c0 < n; c0 += seg, ++g) {
       const std::size_t c1 = c0 + seg < n ? c0 + seg : n;
-      __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      __m512 a[N][4];
+      for (std::size_t j = 0; j < N; ++j)
+        for (int i = 0; i < 4; ++i) a[j][i] = _mm512_setzero_ps();
       std::size_t c = c0;
       for (; c + 64 <= c1; c += 64) {
         detail::prefetch_codes(v, reinterpret_cast<const std::uint8_t*>(w + c));
-        for (int i = 0; i < 4; ++i) a[i] = _mm512_fmadd_ps(widen(w + c + 16 * i), _mm512_loadu_ps(x + c + 16 * i), a[i]);
+        for (int i = 0; i < 4; ++i) {
+          const __m512 wv = widen(w + c + 16 * i);
+          for (std::size_t j = 0; j < N; ++j) a[j][i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(act[j].x + c + 16 * i), a[j][i]);
+        }
       }
-      for (; c + 32 <= c1; c += 32) {  // constant register indices: no spills of a[]
-        a[0] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[0]);
-        a[1] = _mm512_fmadd_ps(widen(w + c + 16), _mm512_loadu_ps(x + c + 16), a[1]);
+      for (; c + 32 <= c1; c += 32) {
+        const __m512 w0 = widen(w + c), w1 = widen(w + c + 16);
+        for (std::size_t j = 0; j < N; ++j) {
+          a[j][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(act[j].x + c), a[j][0]);
+          a[j][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(act[j].x + c + 16), a[j][1]);
+        }
       }
       if (c + 16 <= c1) {
-        a[2] = _mm512_fmadd_ps(widen(w + c), _mm512_loadu_ps(x + c), a[2]);
+        const __m512 w0 = widen(w + c);
+        for (std::size_t j = 0; j < N; ++j) a[j][2] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(act[j].x + c), a[j][2]);
         c += 16;
       }
       if (c < c1) {
         const __mmask16 m = static_cast<__mmask16>((1u << (c1 - c)) - 1u);
         const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
-        a[3] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + c), a[3]);
+        for (std::size_t j = 0; j < N; ++j) a[j][3] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, act[j].x + c), a[j][3]);
       }
-      const __m512 s = _mm512_set1_ps(static_cast<float>(sc[G::kGroup != 0 ? j : 0]));
-      total[0] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])), s, total[0]);
-      std::swap(total[0], total[1]);  // two independent chains across groups (register rename, no spill)
+      const __m512 s = _mm512_set1_ps(static_cast<float>(sc[G::kGroup != 0 ? g : 0]));
+      for (std::size_t j = 0; j < N; ++j) {
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_add_ps(a[j][2], a[j][3]));
+        if (g & 1) t1[j] = _mm512_fmadd_ps(sum, s, t1[j]);
+        else t0[j] = _mm512_fmadd_ps(sum, s, t0[j]);
+      }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(total[0], total[1]));
+    for (std::size_t j = 0; j < N; ++j) out[j] = _mm512_reduce_add_ps(_mm512_add_ps(t0[j], t1[j]));
+  }
+
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    float out;
+    dot_n<1>(v, r, &act, &out);
+    return out;
   }
 
  private:
@@ -88,10 +111,14 @@ template <class Arch, Format F>
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-lut16";
   using Activation = FloatActivation;
-  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
+  static constexpr std::size_t activation_bytes(std::size_t /*cols*/) noexcept { return 0; }
+  static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* /*scratch*/ = nullptr) noexcept {
+    a = {x, cols};
+  }
 
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
-    const float* x = act.x;
+  /// out[j] = row r · a[j].x for j < N; each 16 weights are looked up once for all N vectors.
+  template <std::size_t N>
+  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* act, float* out) noexcept {
     using P = CodePacking<4>;
     constexpr std::size_t kG = F::granularity::kGroup;
     alignas(64) float lev[16];
@@ -100,7 +127,9 @@ struct RowKernel<Arch, F> {
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t n = v.cols, full = n / P::kChunk * P::kChunk;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 acc[N][4];
+    for (std::size_t j = 0; j < N; ++j)
+      for (int i = 0; i < 4; ++i) acc[j][i] = _mm512_setzero_ps();
     __m512 lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[0])));
     for (std::size_t c0 = 0; c0 < full; c0 += P::kChunk) {
       detail::prefetch_codes(v, row + c0 / 2);
@@ -111,13 +140,21 @@ struct RowKernel<Arch, F> {
           if (c % kG == 0) lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[c / kG])));
         }
         const __m512 wv = _mm512_permutexvar_ps(words, lut);  // uses the low 4 bits of each word
-        acc[k & 3] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + c), acc[k & 3]);
+        for (std::size_t j = 0; j < N; ++j) acc[j][k & 3] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(act[j].x + c), acc[j][k & 3]);
         words = _mm512_srli_epi32(words, 4);
       }
     }
-    float total = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
-    if (full < n) total += avx512::tail4(row, full, n, x, base, [&](std::size_t c) { return v.scale(r, c); });
-    return total;
+    for (std::size_t j = 0; j < N; ++j) {
+      float total = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));
+      if (full < n) total += avx512::tail4(row, full, n, act[j].x, base, [&](std::size_t c) { return v.scale(r, c); });
+      out[j] = total;
+    }
+  }
+
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    float out;
+    dot_n<1>(v, r, &act, &out);
+    return out;
   }
 };
 

@@ -1,16 +1,44 @@
 #pragma once
 /// \file
-/// Quantized matrix–vector products from the packed form: y = Ŵ x (`gemv`) and Y = X Ŵᵀ for n vectors
-/// (`gemv_batch`), rows split between threads with `barato::parallel_for`. The row kernel is
-/// `RowKernel<Arch, Format>` (quant/row_kernel.hpp, avx512.hpp, vnni.hpp): x is prepared once per call
-/// (on the caller's stack), then each row is one `dot`. The batched form prepares up to `kVecTile`
-/// vectors and walks each row against all of them while it is in L1, so a weight is read from memory
-/// once per tile (the fast kernels prefetch the codes ahead, `detail::kCodePrefetchBytes`). Every output
-/// is computed by the same code whatever the thread count, so results are identical for any number of
-/// threads, and `gemv_batch` rows equal `gemv`.
+/// Quantized matrix–vector products from the packed form: Y = X Ŵᵀ for n vectors (`gemv_batch`) and
+/// its n = 1 case y = Ŵ x (`gemv`), rows split between threads with `barato::parallel_for`. The row
+/// kernel is `RowKernel<Arch, Format>` (quant/row_kernel.hpp, avx512.hpp, vnni.hpp, vnni_lut16.hpp).
+///
+/// **Weights are read once per call, for any n.** The n vectors are prepared once per call (the
+/// fixed-point planes of the VNNI kernels, nothing for the fp32 kernels) into the calling thread's
+/// `ActivationArena` (quant/scratch.hpp): a compact layout sized to cols (≈ 2 bytes per column and
+/// vector), which grows to the largest (n, cols) seen and then never allocates again; `reserve_gemv`
+/// (or `Linear::reserve`) grows it up front. Each thread then walks its rows in *row tiles* of about
+/// `kRowTileBytes` of codes (they stay in L1) and, for each tile, every group of `kVecTile` vectors:
+/// the register-blocked micro-kernel `dot_n<kVecTile>` loads (and decodes) each weight of a row once
+/// and multiplies it into the 4 vectors (`vpdpbusd` / `vpdpwssd` / fp32 FMAs on the same weight
+/// registers). So a weight leaves memory once per call and is decoded ⌈n / 4⌉ times from L1. For
+/// n > `kVecBlock` (prefill) the rows are taken in `kRowBlockBytes` blocks that stay in L2 while the
+/// vectors pass over them in blocks of kVecBlock (whose prepared activations stay in L2 too).
+///
+/// Cost: n = 1 streams the weights (≈ 0.8–0.86 of the DRAM probe for int8-row on one core); for n ≥ 4
+/// the integer kernels are bound by their arithmetic, not by memory: 15-bit activations take two
+/// `vpdpbusd` (two byte planes) or two `vpdpwssd` (int16) per 64 columns and vector. Measured on
+/// 4864×896, one thread (bench_batching Products, paired runs): int8-row time(16) ≈ 5.1 × time(1),
+/// int4-g128 ≈ 8 ×, fp32 (nn::Dense) ≈ 1.7–2.2 ×.
+///
+/// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
+/// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
+/// sequence as `dot_n<1>` (only weight loads and decodes are shared); a vector is prepared by the same
+/// `prepare` whatever n is. So row t of a batched product equals the single-vector product of x_t bit
+/// for bit, for every n, every position t, and any thread count (threads only split rows). `gemv` *is*
+/// `gemv_batch` with n = 1.
+///
+/// **Error.** The fp32 kernels (portable, AVX-512) compute Σ_c Ŵ_rc x_c in fp32: only summation
+/// rounding, |y_r − Ŵ_r·x| ≤ ~cols · 2⁻²⁴ · Σ_c |Ŵ_rc x_c|. The integer kernels quantize each activation
+/// vector once per call to 15-bit fixed point per 128-column block (x_c ≈ sx_b · q_c, sx_b = max_b |x| /
+/// 16383; products and lane sums exact in int32): |y_r − Ŵ_r·x| ≤ Σ_b (sx_b / 2) Σ_{c∈b} |Ŵ_rc| plus fp32
+/// rounding of the per-block sums — i.e. 2⁻¹⁵ of the block maximum per element; the NF4 / 4-bit table
+/// kernel adds the rounding of its levels to 16-bit fixed point (≤ scale / (2 · kLevelScale) per weight).
+/// Columns past the last full 128-block are done in fp32 from x.
 
-#include <array>
 #include <cstddef>
+#include <new>
 #include <span>
 
 #include "barato/core/error.hpp"
@@ -18,6 +46,7 @@
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
+#include "barato/quant/scratch.hpp"
 #include "barato/simd/arch.hpp"
 
 namespace barato::quant {
@@ -27,66 +56,104 @@ namespace detail {
 inline constexpr std::size_t kMinWeightsPerThread = std::size_t{1} << 16;
 /// Rows per parallel chunk boundary.
 inline constexpr std::size_t kRowGrain = 16;
-/// Input vectors prepared together by `gemv_batch` (each weight row is read once per tile).
-inline constexpr std::size_t kVecTile = 4;
 
+/// Threads worth using for rows × cols weight-vector products (at least 1, at most `threads`).
 inline int useful_threads(std::size_t rows, std::size_t cols, int threads) noexcept {
   const std::size_t by_work = rows * cols / kMinWeightsPerThread;
   const std::size_t t = static_cast<std::size_t>(threads < 1 ? 1 : threads);
   return static_cast<int>(by_work < 1 ? 1 : (by_work < t ? by_work : t));
 }
+/// Vectors per register-blocked micro-kernel call (`dot_n<kVecTile>`): each weight load feeds 4.
+inline constexpr std::size_t kVecTile = 4;
+/// Vectors that pass over a row tile together; up to this n the weights are walked once, row tile by
+/// row tile. Larger batches take the rows in L2 blocks (kRowBlockBytes) and the vectors in blocks of this.
+inline constexpr std::size_t kVecBlock = 64;
+/// Code bytes of a row tile (stays in L1 while the vector groups pass over it).
+inline constexpr std::size_t kRowTileBytes = std::size_t{1} << 14;
+/// Code bytes of a row block when n > kVecBlock (stays in L2 while the vector blocks pass over it).
+inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 19;
 
-/// The kernel for (Arch, F) at this width: the VNNI kernels' stack planes hold at most kMaxCols.
-template <class Arch, Format F, class Fn>
-void with_kernel(std::size_t cols, Fn&& fn) {
-  if constexpr (requires { RowKernel<Arch, F>::kMaxCols; }) {
-    if (cols > RowKernel<Arch, F>::kMaxCols) {
-      fn(PortableRowKernel<Arch, F>{});
-      return;
-    }
-  }
-  fn(RowKernel<Arch, F>{});
+/// Arena bytes `gemv_batch` takes for n prepared vectors of `cols` columns with kernel K.
+template <class K>
+[[nodiscard]] constexpr std::size_t batch_scratch_bytes(std::size_t n, std::size_t cols) noexcept {
+  return scratch_round(n * sizeof(typename K::Activation)) + n * K::activation_bytes(cols);
 }
 
+/// y[(j0 + j) · rows + r] = row r · a[j] for j < m (m ≤ kVecTile): one micro-kernel call.
 template <class K, Format F>
-void gemv_tile(const QuantizedView<F>& w, const float* x, float* y, std::size_t n, int threads) {
-  std::array<typename K::Activation, kVecTile> act;  // on the stack: nothing is allocated
-  for (std::size_t t0 = 0; t0 < n; t0 += kVecTile) {
-    const std::size_t nt = n - t0 < kVecTile ? n - t0 : kVecTile;
-    for (std::size_t t = 0; t < nt; ++t) K::prepare(x + (t0 + t) * w.cols, w.cols, act[t]);
-    parallel_for(
-        w.rows, useful_threads(w.rows, w.cols * nt, threads),
-        [&](std::size_t lo, std::size_t hi) {
-          for (std::size_t r = lo; r < hi; ++r)
-            for (std::size_t t = 0; t < nt; ++t) y[(t0 + t) * w.rows + r] = K::dot(w, r, act[t]);
-        },
-        kRowGrain);
+inline void dot_group(const QuantizedView<F>& w, std::size_t r, const typename K::Activation* a, std::size_t m,
+                      float* y, std::size_t j0) noexcept {
+  float out[kVecTile];
+  switch (m) {
+    case 4: K::template dot_n<4>(w, r, a, out); break;
+    case 3: K::template dot_n<3>(w, r, a, out); break;
+    case 2: K::template dot_n<2>(w, r, a, out); break;
+    default: K::template dot_n<1>(w, r, a, out); break;
   }
+  for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = out[j];
+}
+
+/// The walk of rows [lo, hi) × n vectors (see the file comment): calls group(r, j, m) for row r and
+/// vectors [j, j + m), m ≤ kVecTile, visiting every (row, vector) once. `row_bytes`: code bytes per
+/// row (sizes the L1 row tiles and L2 row blocks). Shared by `gemv_batch` and `W8A8Linear`.
+template <class Group>
+inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std::size_t hi, Group&& group) {
+  const std::size_t rb = row_bytes > 0 ? row_bytes : 1;
+  std::size_t tile = kRowTileBytes / rb;
+  tile = tile < 1 ? 1 : (tile > 16 ? 16 : tile);
+  std::size_t block = hi - lo;
+  if (n > kVecBlock) {
+    block = kRowBlockBytes / rb;
+    block = block < tile ? tile : block;
+  }
+  for (std::size_t b0 = lo; b0 < hi; b0 += block) {
+    const std::size_t b1 = b0 + block < hi ? b0 + block : hi;
+    for (std::size_t v0 = 0; v0 < n; v0 += kVecBlock) {
+      const std::size_t v1 = v0 + kVecBlock < n ? v0 + kVecBlock : n;
+      for (std::size_t t0 = b0; t0 < b1; t0 += tile) {
+        const std::size_t t1 = t0 + tile < b1 ? t0 + tile : b1;
+        for (std::size_t j = v0; j < v1; j += kVecTile) {
+          const std::size_t m = v1 - j < kVecTile ? v1 - j : kVecTile;
+          for (std::size_t r = t0; r < t1; ++r) group(r, j, m);
+        }
+      }
+    }
+  }
+}
+
+/// Prepares the n vectors of X into the thread's arena, then splits the rows between threads.
+template <class K, Format F>
+void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::size_t n, int threads) {
+  using A = typename K::Activation;
+  if (n == 0) return;
+  const std::size_t per = K::activation_bytes(w.cols), head = scratch_round(n * sizeof(A));
+  std::byte* s = ActivationArena::local().get(batch_scratch_bytes<K>(n, w.cols));
+  for (std::size_t t = 0; t < n; ++t) ::new (s + t * sizeof(A)) A{};
+  A* acts = std::launder(reinterpret_cast<A*>(s));  // [n] views into the planes after them
+  for (std::size_t t = 0; t < n; ++t) K::prepare(x + t * w.cols, w.cols, acts[t], s + head + t * per);
+  parallel_for(
+      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      [&](std::size_t lo, std::size_t hi) {
+        walk_rows(w.row_bytes, n, lo, hi, [&](std::size_t r, std::size_t j, std::size_t m) {
+          dot_group<K>(w, r, acts + j, m, y, j);
+        });
+      },
+      kRowGrain);
 }
 }  // namespace detail
 
-/// y = Ŵ x with x [cols], y [rows] (no overlap). Throws `shape_error` on mismatched sizes.
-/// O(rows·cols); allocates nothing.
+/// Grows the calling thread's `ActivationArena` so that `gemv_batch` of up to n vectors of `cols`
+/// columns (format F, kernels of Arch) allocates nothing. A model calls it once at construction with
+/// its largest n, on the thread that will run it. Throws `std::bad_alloc`.
 template <class Arch = simd::DefaultArch, Format F>
-void gemv(const QuantizedView<F>& w, std::span<const float> x, std::span<float> y, int threads = 1) {
-  require(x.size() == w.cols, "quant::gemv: x has ", x.size(), " elements, expected cols = ", w.cols);
-  require(y.size() == w.rows, "quant::gemv: y has ", y.size(), " elements, expected rows = ", w.rows);
-  detail::with_kernel<Arch, F>(w.cols, [&](auto k) {
-    using K = decltype(k);
-    typename K::Activation act;
-    K::prepare(x.data(), w.cols, act);
-    float* yp = y.data();
-    parallel_for(
-        w.rows, detail::useful_threads(w.rows, w.cols, threads),
-        [&](std::size_t lo, std::size_t hi) {
-          for (std::size_t r = lo; r < hi; ++r) yp[r] = K::dot(w, r, act);
-        },
-        detail::kRowGrain);
-  });
+void reserve_gemv(std::size_t n, std::size_t cols) {
+  ActivationArena::local().reserve(detail::batch_scratch_bytes<RowKernel<Arch, F>>(n, cols));
 }
 
-/// Y = X Ŵᵀ for n vectors: X [n, cols] row-major, Y [n, rows]. Throws `shape_error` on mismatched
-/// sizes. O(n·rows·cols); allocates nothing.
+/// Y = X Ŵᵀ for n vectors: X [n, cols] row-major, Y [n, rows]. Each weight is read from memory once
+/// per call; row t of Y equals `gemv` of x_t bit for bit (see the file comment). Throws `shape_error`
+/// on mismatched sizes. O(n·rows·cols); allocates only when the thread's arena must grow (never after
+/// `reserve_gemv(n, cols)` or an earlier call as large).
 template <class Arch = simd::DefaultArch, Format F>
 void gemv_batch(const QuantizedView<F>& w, std::span<const float> x, std::span<float> y, std::size_t n,
                 int threads = 1) {
@@ -94,9 +161,16 @@ void gemv_batch(const QuantizedView<F>& w, std::span<const float> x, std::span<f
           w.cols, " = ", n * w.cols);
   require(y.size() == n * w.rows, "quant::gemv_batch: y has ", y.size(), " elements, expected n*rows = ", n, "*",
           w.rows, " = ", n * w.rows);
-  detail::with_kernel<Arch, F>(w.cols, [&](auto k) {
-    detail::gemv_tile<decltype(k)>(w, x.data(), y.data(), n, threads);
-  });
+  detail::gemv_prepared<RowKernel<Arch, F>>(w, x.data(), y.data(), n, threads);
+}
+
+/// y = Ŵ x with x [cols], y [rows] (no overlap): `gemv_batch` with n = 1. Throws `shape_error` on
+/// mismatched sizes. O(rows·cols); allocates only as `gemv_batch` does.
+template <class Arch = simd::DefaultArch, Format F>
+void gemv(const QuantizedView<F>& w, std::span<const float> x, std::span<float> y, int threads = 1) {
+  require(x.size() == w.cols, "quant::gemv: x has ", x.size(), " elements, expected cols = ", w.cols);
+  require(y.size() == w.rows, "quant::gemv: y has ", y.size(), " elements, expected rows = ", w.rows);
+  detail::gemv_prepared<RowKernel<Arch, F>>(w, x.data(), y.data(), 1, threads);
 }
 
 }  // namespace barato::quant

@@ -49,11 +49,16 @@ class Linear {
   [[nodiscard]] double bits_per_weight() const noexcept { return m_.bits_per_weight(); }
   [[nodiscard]] const QuantizedMatrix<F>& matrix() const noexcept { return m_; }
 
-  /// y = Ŵ x (x [cols], y [rows]). Allocates nothing. Throws `shape_error` on mismatched sizes.
+  /// Grows the calling thread's activation arena for batches of up to n vectors, so that `apply` and
+  /// `apply_batch` on this thread allocate nothing (call it at construction with the largest n).
+  void reserve(std::size_t n) const { reserve_gemv<Arch, F>(n, cols()); }
+
+  /// y = Ŵ x (x [cols], y [rows]). Allocates nothing once the thread's arena is large enough (`reserve`). Throws `shape_error` on mismatched sizes.
   void apply(std::span<const float> x, std::span<float> y, int threads = 1) const {
     gemv<Arch>(m_.view(), x, y, threads);
   }
-  /// Y = X Ŵᵀ for n vectors (X [n, cols], Y [n, rows]); weights read once.
+  /// Y = X Ŵᵀ for n vectors (X [n, cols], Y [n, rows]); weights read once for any n, row t bitwise
+  /// equal to `apply` of x_t (quant/gemv.hpp).
   void apply_batch(std::span<const float> x, std::span<float> y, std::size_t n, int threads = 1) const {
     gemv_batch<Arch>(m_.view(), x, y, n, threads);
   }

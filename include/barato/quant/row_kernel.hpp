@@ -8,10 +8,19 @@
 /// (quant/avx512.hpp: int8 widening and a 16-entry lookup table for 4-bit formats; quant/vnni.hpp and
 /// quant/vnni_lut16.hpp: integer dot products on fixed-point activations).
 ///
-/// A kernel first `prepare`s the activation vector once per product (its `Activation` type: the fp32
-/// vector itself for the fp32 kernels, a fixed-point copy for the VNNI kernel), then computes
-/// `dot(view, r, activation)` for each row. The fp32 kernels compute Σ_c level(code_c) · scale_c · x_c
-/// in fp32 and differ only by summation order and by where the scale is multiplied in.
+/// The kernel interface (every specialization has it):
+///  - `Activation`: a prepared activation vector, a small trivially copyable view (the fp32 vector
+///    itself for the fp32 kernels, pointers to fixed-point planes for the VNNI kernels);
+///  - `activation_bytes(cols)`: the scratch one prepared vector needs (0 for the fp32 kernels), a
+///    multiple of 64; `prepare(x, cols, a, scratch)` fills it (scratch 64-byte aligned);
+///  - `dot_n<N>(view, r, a, out)`: out[j] = row r · a[j] for N prepared vectors — each weight of the
+///    row is loaded (and decoded) once and multiplied into all N vectors, register-blocked;
+///  - `dot(view, r, a)` = `dot_n<1>`.
+/// **Batch invariance**: in `dot_n<N>` every output has its own accumulators and goes through exactly
+/// the instructions of `dot_n<1>` in the same order (only the weight loads and decodes are shared), so
+/// out[j] is bitwise the same for every N and every position j in the group.
+/// The fp32 kernels compute Σ_c level(code_c) · scale_c · x_c in fp32 and differ only by summation
+/// order and by where the scale is multiplied in.
 
 #include <cstddef>
 #include <cstdint>
@@ -30,18 +39,22 @@ struct FloatActivation {
   std::size_t cols = 0;
 };
 
-/// Portable kernel (any xsimd arch). O(cols); allocates nothing (1 KiB of stack).
+/// Portable kernel (any xsimd arch). O(cols) per vector; allocates nothing (1 KiB of stack).
 template <class Arch, Format F>
 struct PortableRowKernel {
   static constexpr const char* kName = "xsimd";
   using Activation = FloatActivation;
 
+  /// No scratch: the activation is x itself.
+  static constexpr std::size_t activation_bytes(std::size_t /*cols*/) noexcept { return 0; }
   /// Binds x [cols] (no copy).
-  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept { a = {x, cols}; }
+  static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* /*scratch*/ = nullptr) noexcept {
+    a = {x, cols};
+  }
 
-  /// Σ_c Ŵ[r, c] · x[c].
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
-    const float* x = act.x;
+  /// out[j] = Σ_c Ŵ[r, c] · a[j].x[c] for j < N: each chunk of the row is decoded once for all N.
+  template <std::size_t N>
+  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* act, float* out) noexcept {
     using G = typename F::granularity;
     using P = CodePacking<F::kCodeBits>;
     constexpr std::size_t kChunk = 256;
@@ -50,18 +63,36 @@ struct PortableRowKernel {
     const auto* sc = v.row_scales(r);
     const std::size_t n = v.cols;
     const std::size_t seg = G::kGroup != 0 ? G::kGroup : n;
-    float total = 0.f;
-    for (std::size_t c0 = 0, j = 0; c0 < n; c0 += seg, ++j) {
+    float total[N];
+    for (std::size_t j = 0; j < N; ++j) total[j] = 0.f;
+    for (std::size_t c0 = 0, g = 0; c0 < n; c0 += seg, ++g) {
       const std::size_t c1 = c0 + seg < n ? c0 + seg : n;
-      float part = 0.f;
+      float part[N];
+      for (std::size_t j = 0; j < N; ++j) part[j] = 0.f;
       for (std::size_t a = c0; a < c1; a += kChunk) {
         const std::size_t b = a + kChunk < c1 ? a + kChunk : c1;
         for (std::size_t c = a; c < b; ++c) lev[c - a] = F::level(P::get(row, c, n));
-        part += simd::dot<float, Arch>(x + a, lev, b - a);
+        for (std::size_t j = 0; j < N; ++j) part[j] += chunk_dot(act[j].x + a, lev, b - a);
       }
-      total += part * static_cast<float>(sc[G::kGroup != 0 ? j : 0]);
+      const float s = static_cast<float>(sc[G::kGroup != 0 ? g : 0]);
+      for (std::size_t j = 0; j < N; ++j) total[j] += part[j] * s;
     }
-    return total;
+    for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
+  }
+
+  /// Σ_c Ŵ[r, c] · x[c] (`dot_n<1>`).
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& act) noexcept {
+    float out;
+    dot_n<1>(v, r, &act, &out);
+    return out;
+  }
+
+ private:
+  /// x · lev over n elements, out of line. Inlined into each dot_n<N>, GCC 12 compiled it so that the
+  /// result differed in the last bit between N = 1 and N = 4 (seen for xsimd::avx2 at 172 columns);
+  /// one out-of-line body rounds the same for every N.
+  [[gnu::noinline]] static float chunk_dot(const float* x, const float* lev, std::size_t n) noexcept {
+    return simd::dot<float, Arch>(x, lev, n);
   }
 };
 

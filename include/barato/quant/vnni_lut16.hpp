@@ -20,8 +20,11 @@
 /// Error against the exact product of the dequantized row: the level rounding (≤ scale / (2·kLevelScale)
 /// per weight; 6·10⁻⁵ of the group's absmax for NF4, 0 for AbsMax int4) plus the rounding of x
 /// (≤ sx_b / 2 per element). Columns past the last full 128-chunk are done in fp32.
-/// `prepare` needs cols ≤ kMaxCols (the planes live on the caller's stack); wider matrices take the
-/// fp32 kernels. x must be finite.
+/// x16 lives in scratch the caller provides (`activation_bytes(cols)`: 2 bytes per column and 4 per
+/// block; quant/gemv.hpp takes it from the thread's `ActivationArena`), so any width works. x must be
+/// finite. `dot_n<N>` decodes each 128-column chunk (two shuffles per nibble half, four unpacks) once
+/// and runs the four `vpdpwssd` of every one of the N vectors on it; each vector keeps its own
+/// accumulators, so a vector's result is the same for every N.
 
 #include <array>
 #include <cmath>
@@ -36,6 +39,7 @@
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
+#include "barato/quant/scratch.hpp"
 #include "barato/simd/arch.hpp"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -43,15 +47,14 @@
 
 namespace barato::quant {
 
-/// x as int16 fixed point per 128-column block, in the kernel's column order. ~33 KiB; lives on the
-/// stack of the caller of gemv.
+/// x as int16 fixed point per 128-column block, in the kernel's column order: a view of the scratch
+/// `prepare` filled (no ownership; trivially copyable).
 struct VnniLut16Activation {
   static constexpr std::size_t kBlock = kFixedPointBlock;
-  static constexpr std::size_t kMaxCols = 16384;
-  alignas(64) std::int16_t x16[kMaxCols];  // [blocks · 128] kernel order (see `RowKernel::slot`)
-  float sx[kMaxCols / kBlock];             // [blocks] fixed-point step of each block
-  const float* x = nullptr;                // [cols] the fp32 vector (tail columns)
-  std::size_t cols = 0, blocks = 0;        // blocks = cols / 128 (full blocks only)
+  std::int16_t* x16 = nullptr;       // [blocks · 128] kernel order (see `RowKernel::slot`)
+  float* k = nullptr;                // [blocks] fixed-point step of each block / kLevelScale
+  const float* x = nullptr;          // [cols] the fp32 vector (tail columns)
+  std::size_t cols = 0, blocks = 0;  // blocks = cols / 128 (full blocks only)
 };
 
 template <class Arch, Format F>
@@ -59,7 +62,6 @@ template <class Arch, Format F>
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-vnni-lut16";
   using Activation = VnniLut16Activation;
-  static constexpr std::size_t kMaxCols = VnniLut16Activation::kMaxCols;
   static constexpr std::size_t kGroup = F::granularity::kGroup;
 
   /// Largest |level| of the format's 16 codes.
@@ -97,61 +99,92 @@ struct RowKernel<Arch, F> {
   alignas(64) static constexpr std::array<std::int8_t, 64> kTableLo = table(0);
   alignas(64) static constexpr std::array<std::int8_t, 64> kTableHi = table(1);
 
-  /// Fixed-point copy of x [cols] (cols ≤ kMaxCols). O(cols).
-  static void prepare(const float* x, std::size_t cols, Activation& a) noexcept {
+  /// Scratch bytes of one prepared vector of `cols` columns (a multiple of 64).
+  static constexpr std::size_t activation_bytes(std::size_t cols) noexcept {
+    const std::size_t blocks = cols / VnniLut16Activation::kBlock;
+    return 2 * blocks * VnniLut16Activation::kBlock + scratch_round(blocks * 4);
+  }
+
+  /// Fixed-point copy of x [cols] into `scratch` (64-byte aligned, activation_bytes(cols) bytes). O(cols).
+  static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
     constexpr std::size_t B = VnniLut16Activation::kBlock;
     a.x = x;
     a.cols = cols;
     a.blocks = cols / B;
+    a.x16 = reinterpret_cast<std::int16_t*>(scratch);
+    a.k = reinterpret_cast<float*>(a.x16 + a.blocks * B);
     for (std::size_t b = 0; b < a.blocks; ++b)
-      a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
-        a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
-      });
+      a.k[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
+                 a.x16[b * B + slot(i)] = static_cast<std::int16_t>(q);
+               }) /
+               kLevelScale;  // divided once here, not once per row
   }
 
-  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
+  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
+  template <std::size_t N>
+  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
     constexpr std::size_t B = VnniLut16Activation::kBlock;
     const __m512i t_lo = _mm512_load_si512(kTableLo.data()), t_hi = _mm512_load_si512(kTableHi.data());
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    for (std::size_t b = 0; b < a.blocks; ++b) {
+    const std::size_t blocks = a[0].blocks;
+    __m512 acc0[N], acc1[N];
+    for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
+    for (std::size_t b = 0; b < blocks; ++b) {
       detail::prefetch_codes(v, row + b * (B / 2));
       const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
       const __m512i n_lo = _mm512_and_si512(w, nib);                        // columns 32m + j
       const __m512i n_hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
       const __m512i lo_l = _mm512_shuffle_epi8(t_lo, n_lo), hi_l = _mm512_shuffle_epi8(t_hi, n_lo);
       const __m512i lo_h = _mm512_shuffle_epi8(t_lo, n_hi), hi_h = _mm512_shuffle_epi8(t_hi, n_hi);
-      const std::int16_t* xb = a.x16 + b * B;
-      __m512i d = _mm512_madd_epi16(_mm512_unpacklo_epi8(lo_l, hi_l), _mm512_load_si512(xb));
-      d = _mm512_dpwssd_epi32(d, _mm512_unpackhi_epi8(lo_l, hi_l), _mm512_load_si512(xb + 32));
-      d = _mm512_dpwssd_epi32(d, _mm512_unpacklo_epi8(lo_h, hi_h), _mm512_load_si512(xb + 64));
-      d = _mm512_dpwssd_epi32(d, _mm512_unpackhi_epi8(lo_h, hi_h), _mm512_load_si512(xb + 96));
+      const __m512i w0 = _mm512_unpacklo_epi8(lo_l, hi_l), w1 = _mm512_unpackhi_epi8(lo_l, hi_l);
+      const __m512i w2 = _mm512_unpacklo_epi8(lo_h, hi_h), w3 = _mm512_unpackhi_epi8(lo_h, hi_h);
       // even lanes: the chunk's first 64 columns; odd lanes: the last 64
-      __m512 sv;
+      float s0 = 0.f, s1 = 0.f;  // the two groups' weight scales
+      __m128 s01 = _mm_setzero_ps();
       if constexpr (kPairScales) {  // two adjacent fp16 scales, converted together
         std::uint32_t pair;
         std::memcpy(&pair, sc + 2 * b, sizeof pair);
-        const __m128 s01 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(pair))), _mm_set1_ps(a.sx[b] / kLevelScale));
-        sv = _mm512_broadcast_f32x2(s01);
+        s01 = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(pair)));
       } else {
-        const float k = a.sx[b] / kLevelScale;
-        const float s0 = static_cast<float>(sc[(b * B) / kGroup]) * k;
-        const float s1 = static_cast<float>(sc[(b * B + 64) / kGroup]) * k;
-        sv = _mm512_unpacklo_ps(_mm512_set1_ps(s0), _mm512_set1_ps(s1));
+        s0 = static_cast<float>(sc[(b * B) / kGroup]);
+        s1 = static_cast<float>(sc[(b * B + 64) / kGroup]);
       }
-      if (b & 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc1);
-      else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc0);
+      for (std::size_t j = 0; j < N; ++j) {
+        const std::int16_t* xb = a[j].x16 + b * B;
+        __m512i d = _mm512_madd_epi16(w0, _mm512_load_si512(xb));
+        d = _mm512_dpwssd_epi32(d, w1, _mm512_load_si512(xb + 32));
+        d = _mm512_dpwssd_epi32(d, w2, _mm512_load_si512(xb + 64));
+        d = _mm512_dpwssd_epi32(d, w3, _mm512_load_si512(xb + 96));
+        const float k = a[j].k[b];
+        __m512 sv;
+        if constexpr (kPairScales) {
+          sv = _mm512_broadcast_f32x2(_mm_mul_ps(s01, _mm_set1_ps(k)));
+        } else {
+          sv = _mm512_unpacklo_ps(_mm512_set1_ps(s0 * k), _mm512_set1_ps(s1 * k));
+        }
+        if (b & 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc1[j]);
+        else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc0[j]);
+      }
     }
-    float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-    const std::size_t tail = a.blocks * B;
-    if (tail < v.cols) {
-      alignas(64) float lev[16];
-      for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-      total += avx512::tail4(row, tail, v.cols, a.x, _mm512_load_ps(lev), [&](std::size_t c) { return v.scale(r, c); });
+    const std::size_t tail = blocks * B;
+    for (std::size_t j = 0; j < N; ++j) {
+      float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
+      if (tail < v.cols) {
+        alignas(64) float lev[16];
+        for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+        total += avx512::tail4(row, tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t c) { return v.scale(r, c); });
+      }
+      out[j] = total;
     }
-    return total;
+  }
+
+  /// Row r · a (`dot_n<1>`).
+  [[nodiscard]] static float dot(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
+    float out;
+    dot_n<1>(v, r, &a, &out);
+    return out;
   }
 
  private:
