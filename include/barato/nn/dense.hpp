@@ -290,12 +290,12 @@ class Dense {
     for (std::size_t r0 = lo; r0 < hi; r0 += block) {
       const std::size_t r1 = std::min(hi, r0 + block);
       const std::size_t first = std::min(n, N);
-      for (std::size_t r = r0; r < r1; ++r) {  // sequential pass over the block
-        if (first == N) {
-          tile<1, N>(r, x, 0, y);
-        } else {
-          for (std::size_t j = 0; j < first; ++j) tile<1, 1>(r, x + j * c, j, y);
-        }
+      // sequential pass over the block, two rows at a time (two streams; 2·first independent FMA
+      // chains — one chain per output is latency-bound at n = 2 or 3)
+      switch (first) {
+        case 2: first_pass<2>(r0, r1, x, y); break;
+        case 3: first_pass<3>(r0, r1, x, y); break;
+        default: first_pass<N>(r0, r1, x, y); break;
       }
       std::size_t j = first;
       for (; j + N <= n; j += N) {
@@ -309,6 +309,14 @@ class Dense {
         for (; r < r1; ++r) tile<1, 1>(r, x + j * c, j, y);
       }
     }
+  }
+
+  /// Vectors [0, K) over rows [r0, r1) in memory order, two rows per tile.
+  template <std::size_t K>
+  void first_pass(std::size_t r0, std::size_t r1, const float* x, float* y) const noexcept {
+    std::size_t r = r0;
+    for (; r + 2 <= r1; r += 2) tile<2, K>(r, x, 0, y);
+    if (r < r1) tile<1, K>(r, x, 0, y);
   }
 
   /// Rows [r, r + R) × vectors [j, j + N) (x points at vector j) into y [n, rows].
