@@ -1,0 +1,109 @@
+// barato_plan's arithmetic (examples/models/plan_report.hpp) through the library functions it calls:
+// options → plans equal to plans built directly, hand-computed figures in the report, the shape of a
+// real llama2.c checkpoint, and bad input as a usage error (exit 2).
+#include "models/plan_report.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "models/llama2c.hpp"
+#include "support/data.hpp"
+
+using namespace barato_examples;
+using namespace barato::plan;
+
+TEST_CASE("plan report: the options give the plans the library gives") {
+  PlanOptions o;
+  o.shape = "7b";
+  o.budget = "24GB";
+  o.weights = "int8";
+  o.kv = "int8";
+  o.block = 16;
+  o.context = 4096;
+  o.users = 5;
+  const PlanPair p = make_plans(o);
+  const Plan direct({.shape = shape_7b(), .weights = {"int8", 8}, .kv = {KvStorage::int8}, .budget = 24 * kGiB,
+                     .refine = {.kv_scales = true, .block_tokens = 16}});
+  CHECK(p.refined.weight_bytes() == 7'000'000'000u);
+  CHECK(p.refined.kv_bytes_per_token() == 32u * 8 * (256 + 8));
+  CHECK(p.plain.kv_bytes_per_token() == 32u * 8 * 256);
+  CHECK(p.refined.max_tokens() == direct.max_tokens());
+  CHECK(p.refined.max_users(4096) == direct.max_users(4096));
+  // (24 GiB − 7e9 − 1.5 GiB) / (4096 · 67,584) users of whole blocks (4096 is a multiple of 16)
+  const std::size_t kv_budget = 24 * kGiB - 7'000'000'000u - 3 * kGiB / 2;
+  CHECK(p.refined.max_users(4096) == kv_budget / (4096u * 67584));
+  CHECK(p.plain.max_users(4096) == kv_budget / (4096u * 65536));
+
+  const std::string text = plan_text(p, o.context, o.users);
+  CHECK(text.find("67584 B") != std::string::npos);
+  CHECK(text.find("65536 B") != std::string::npos);
+  CHECK(text.find(std::to_string(direct.max_tokens())) != std::string::npos);
+  const std::string json = plan_json(p, o.context, o.users);
+  CHECK(json.find("\"kv_bytes_per_token\": 67584") != std::string::npos);
+  CHECK(json.find("\"max_users\": " + std::to_string(direct.max_users(4096))) != std::string::npos);
+  CHECK(json.find("\"fits\": true") != std::string::npos);
+}
+
+TEST_CASE("plan report: weights that do not fit say so, with the shortfall") {
+  PlanOptions o;
+  o.shape = "70b";
+  o.budget = "24GiB";
+  o.weights = "int4";
+  const PlanPair p = make_plans(o);
+  const std::size_t short_by = 36'093'750'000u + 3 * kGiB / 2 - 24 * kGiB;  // 70e9 · 4.125 / 8 + reserve − budget
+  CHECK(p.refined.shortfall() == short_by);
+  const std::string text = plan_text(p, o.context, o.users);
+  CHECK(text.find("does not fit: weights + reserve exceed the budget by " + format_bytes(short_by)) != std::string::npos);
+}
+
+TEST_CASE("plan report: bad sizes and unknown names are usage errors") {
+  const auto bad = [](auto edit) {
+    PlanOptions o;
+    edit(o);
+    CHECK_THROWS_AS((void)make_plans(o), CliError);
+  };
+  bad([](PlanOptions& o) { o.budget = "-16GiB"; });
+  bad([](PlanOptions& o) { o.budget = "0"; });
+  bad([](PlanOptions& o) { o.budget = "16 parsecs"; });
+  bad([](PlanOptions& o) { o.reserve = "lots"; });
+  bad([](PlanOptions& o) { o.shape = "65b"; });
+  bad([](PlanOptions& o) { o.weights = "int3"; });
+  bad([](PlanOptions& o) { o.kv = "fp8"; });
+  bad([](PlanOptions& o) { o.users = 0; });
+  bad([](PlanOptions& o) { o.block = 16, o.window = 64; });
+}
+
+TEST_CASE("plan report: the shape of stories260K from its header") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto path = dir / "stories260K/stories260K.bin";
+  const ModelShape s = llama2c_shape(path);
+  const Llama2cCheckpoint ck = read_llama2c(path);
+  const Llama2cLayout& L = ck.layout();
+  CHECK(s.layers == L.n_layers);
+  CHECK(s.q_heads == L.n_heads);
+  CHECK(s.kv_heads == L.n_kv_heads);
+  CHECK(s.head_dim == L.head_size);
+  CHECK(s.vocab == L.vocab);
+  // every float of the file but the header and freq_cis
+  CHECK(s.parameters == double((std::filesystem::file_size(path) - kLlama2cHeaderBytes) / 4 - L.seq_len * L.head_size));
+  PlanOptions o;
+  o.model = path.string();
+  o.budget = "1MiB";
+  o.reserve = "0";
+  o.weights = "fp32";
+  const PlanPair p = make_plans(o);
+  CHECK(p.refined.weight_bytes() == std::size_t(s.parameters) * 4);
+  CHECK(p.refined.kv_bytes_per_token() == 2 * L.n_layers * L.n_kv_heads * L.head_size * 2);
+}
+
+TEST_CASE("plan report: a file that is not a checkpoint is a format error") {
+  const auto path = std::filesystem::temp_directory_path() / "barato_plan_report_test.bin";
+  { std::ofstream(path, std::ios::binary) << "not a checkpoint at all, only text"; }
+  CHECK_THROWS_AS((void)llama2c_shape(path), barato::format_error);
+  std::filesystem::remove(path);
+  CHECK_THROWS_AS((void)llama2c_shape(path), barato::io_error);
+}
