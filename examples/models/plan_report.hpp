@@ -55,9 +55,11 @@ struct PlanOptions {
   std::size_t window = 0;         ///< sliding window (0 = off)
   std::size_t sinks = 0;          ///< window sinks
   std::size_t prefix = 0;         ///< shared prefix tokens
+  std::size_t step_tokens = 0;    ///< activation buffers of the example decoder for this many tokens per step
 };
 
-/// The two plans a report prints: the plain sum, and the one with the refinements barato's caches imply.
+/// The two plans a report prints: the plain sum, and the one with the refinements barato's caches imply
+/// (the activation buffers' RoPE table covers --context positions).
 struct PlanPair {
   barato::plan::Plan plain;    ///< weights + KV codes · tokens + reserve
   barato::plan::Plan refined;  ///< + KV scales, paging, window, shared prefix as asked
@@ -74,7 +76,7 @@ struct PlanPair {
                  .reserve = parse_bytes(o.reserve), .refine = {}};
     const Plan plain(in);
     in.refine = {.kv_scales = true, .block_tokens = o.block, .window = o.window, .sinks = o.sinks,
-                 .shared_prefix_tokens = o.prefix};
+                 .shared_prefix_tokens = o.prefix, .step_tokens = o.step_tokens, .rope_positions = o.context};
     return {plain, Plan(in)};
   } catch (const barato::value_error& e) {
     throw CliError(e.what());
@@ -105,7 +107,9 @@ inline std::string limit(std::size_t n) { return n == barato::plan::kUnlimited ?
   if (r.block_tokens) refinements += ", paged (block " + std::to_string(r.block_tokens) + ")";
   if (r.window) refinements += ", window " + std::to_string(r.window) + " + " + std::to_string(r.sinks) + " sinks";
   if (r.shared_prefix_tokens) refinements += ", shared prefix " + std::to_string(r.shared_prefix_tokens);
-  std::snprintf(buf, sizeof buf, "\n%-30s %18s %18s\n", "", "plain", ("+ " + refinements).c_str());
+  if (r.step_tokens) refinements += ", activations";
+  out += "refined  plain + " + refinements + "\n";
+  std::snprintf(buf, sizeof buf, "\n%-30s %18s %18s\n", "", "plain", "refined");
   out += buf;
   const auto row = [&](const char* what, const std::string& a, const std::string& b) {
     std::snprintf(buf, sizeof buf, "%-30s %18s %18s\n", what, a.c_str(), b.c_str());
@@ -114,6 +118,9 @@ inline std::string limit(std::size_t n) { return n == barato::plan::kUnlimited ?
   const auto both = [&](const char* what, auto f) { row(what, f(p.plain), f(p.refined)); };
   using barato::plan::Plan;
   both("weights", [](const Plan& q) { return format_bytes(q.weight_bytes()); });
+  if (r.step_tokens)
+    both(("activations, " + std::to_string(r.step_tokens) + " tokens/step").c_str(),
+         [](const Plan& q) { return format_bytes(q.activation_bytes()); });
   both("KV bytes/token", [](const Plan& q) { return std::to_string(q.kv_bytes_per_token()) + " B"; });
   both("left for the KV cache", [](const Plan& q) { return format_bytes(q.kv_budget()); });
   both("max resident tokens", [](const Plan& q) { return std::to_string(q.max_tokens()); });
@@ -148,7 +155,9 @@ inline std::string limit(std::size_t n) { return n == barato::plan::kUnlimited ?
       .add("block_tokens", num(in.refine.block_tokens))
       .add("window", num(in.refine.window))
       .add("shared_prefix_tokens", num(in.refine.shared_prefix_tokens))
+      .add("step_tokens", num(in.refine.step_tokens))
       .add("weight_bytes", num(p.refined.weight_bytes()))
+      .add("activation_bytes", num(p.refined.activation_bytes()))
       .add("kv_bytes_per_token", num(p.refined.kv_bytes_per_token()))
       .add("kv_budget_bytes", num(p.refined.kv_budget()))
       .add("max_tokens", num(p.refined.max_tokens()))

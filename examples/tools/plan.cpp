@@ -18,7 +18,7 @@ constexpr const char* kEpilog =
     "second column adds the refinements barato's caches imply: the fp32 scales of the quantized caches\n"
     "(one per token, KV head and layer, for K and for V), and as asked whole blocks per sequence\n"
     "(--block), a sliding window of fixed bytes per sequence (--window, --sinks) and a prefix shared by\n"
-    "every user counted once (--prefix). Sizes: 16GiB, 16GB (= GiB), 1.5GiB, 512MiB, or bytes.\n"
+    "every user counted once (--prefix), the example decoder's activation buffers (--step-tokens). Sizes: 16GiB, 16GB (= GiB), 1.5GiB, 512MiB, or bytes.\n"
     "--json prints one object (unlimited = -1). Bad sizes or names exit with status 2.";
 
 int tool_main(int argc, const char* const* argv) {
@@ -37,6 +37,7 @@ int tool_main(int argc, const char* const* argv) {
       .option("--window", o.window, "N", "sliding-window KV cache of N recent positions (0 = none)")
       .option("--sinks", o.sinks, "N", "sliding window: first positions kept")
       .option("--prefix", o.prefix, "N", "tokens of a prefix every user shares")
+      .option("--step-tokens", o.step_tokens, "N", "count the example decoder's activation buffers for N tokens per step")
       .flag("--json", json, "print one JSON object")
       .epilog(kEpilog);
   if (!cli.parse(argc, argv)) return 0;

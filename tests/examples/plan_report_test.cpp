@@ -9,7 +9,10 @@
 #include <fstream>
 #include <string>
 
+#include "barato/core/memory.hpp"
+#include "models/llama.hpp"
 #include "models/llama2c.hpp"
+#include "models/llama_weights.hpp"
 #include "support/data.hpp"
 
 using namespace barato_examples;
@@ -45,6 +48,13 @@ TEST_CASE("plan report: the options give the plans the library gives") {
   CHECK(json.find("\"kv_bytes_per_token\": 67584") != std::string::npos);
   CHECK(json.find("\"max_users\": " + std::to_string(direct.max_users(4096))) != std::string::npos);
   CHECK(json.find("\"fits\": true") != std::string::npos);
+
+  o.step_tokens = 64;  // + the activation buffers, RoPE table of --context positions
+  const PlanPair a = make_plans(o);
+  CHECK(a.refined.activation_bytes() == decoder_activation_bytes(shape_7b(), 64, 4096));
+  CHECK(a.plain.activation_bytes() == 0);
+  CHECK(a.refined.kv_budget() == kv_budget - a.refined.activation_bytes());
+  CHECK(plan_text(a, o.context, o.users).find("activations, 64 tokens/step") != std::string::npos);
 }
 
 TEST_CASE("plan report: weights that do not fit say so, with the shortfall") {
@@ -106,4 +116,35 @@ TEST_CASE("plan report: a file that is not a checkpoint is a format error") {
   CHECK_THROWS_AS((void)llama2c_shape(path), barato::format_error);
   std::filesystem::remove(path);
   CHECK_THROWS_AS((void)llama2c_shape(path), barato::io_error);
+}
+
+TEST_CASE("plan: the example model's activation buffers = decoder_activation_bytes (CountingResource)") {
+  LlamaConfig c;
+  c.dim = 48;
+  c.hidden_dim = 112;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 40;
+  c.seq_len = 96;
+  const auto w = random_llama_weights(c, 3);
+  const ModelShape s{.name = "test", .parameters = 1, .layers = c.n_layers, .q_heads = c.n_heads, .kv_heads = c.n_kv_heads,
+                     .head_dim = c.head_dim, .vocab = c.vocab_size, .dim = c.dim, .hidden_dim = c.hidden_dim};
+  for (const std::size_t chunk : {1u, 16u, 128u})
+    for (const std::size_t positions : {0u, 64u}) {
+      CAPTURE(chunk);
+      CAPTURE(positions);
+      barato::CountingResource counting;
+      {
+        const Llama<barato::kv::Contiguous<float>> model(
+            w, make_contiguous_caches(c, 32), {.max_chunk = chunk, .max_positions = positions, .mr = &counting});
+        const std::size_t rope = positions != 0 ? positions : c.seq_len;  // 0 = the config's seq_len
+        CHECK(counting.peak() == decoder_activation_bytes(s, chunk, rope));
+        const Plan p({.shape = s, .budget = barato::plan::kGiB, .reserve = 0,
+                      .refine = {.step_tokens = chunk, .rope_positions = rope}});
+        CHECK(p.activation_bytes() == counting.peak());
+      }
+      CHECK(counting.current() == 0);
+    }
 }

@@ -144,6 +144,21 @@ TEST_CASE("plan: max_context and max_users agree with fits at their edges") {
   }
 }
 
+TEST_CASE("plan: activation buffers for a given tokens per step, counted once") {
+  // 7B, one token per step: 3 · 4096 + 2 · 4096 + 2 · 1024 + 2 · 11008 = 44,544 floats; RoPE 4096 × 64 × 2 floats
+  CHECK(decoder_activation_bytes(shape_7b(), 1, 4096) == 4u * (44544 + 2 * 4096 * 64));
+  CHECK(decoder_activation_bytes(shape_7b(), 128, 0) == 4u * 128 * 44544);
+  const Plan base = plan_7b("int8", "fp16");
+  const Plan act = plan_7b("int8", "fp16", {.step_tokens = 128, .rope_positions = 4096});
+  CHECK(act.activation_bytes() == decoder_activation_bytes(shape_7b(), 128, 4096));
+  CHECK(act.fixed_bytes() == base.fixed_bytes() + act.activation_bytes());
+  CHECK(act.kv_budget() == base.kv_budget() - act.activation_bytes());
+  CHECK(act.total_bytes(4096, 3) == base.total_bytes(4096, 3) + act.activation_bytes());
+  CHECK(base.activation_bytes() == 0);
+  CHECK_THROWS_WITH_AS(Plan({.shape = tiny(), .budget = kGiB, .refine = {.step_tokens = 1}}),
+                       doctest::Contains("needs dim and hidden_dim"), value_error);
+}
+
 TEST_CASE("plan: bad input is a value_error with a clear message") {
   CHECK_THROWS_WITH_AS((void)named_shape("8b"), doctest::Contains("unknown shape '8b'"), value_error);
   CHECK(named_shape("Qwen2.5-0.5B").layers == 24);

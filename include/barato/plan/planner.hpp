@@ -13,7 +13,9 @@
 ///  - `window` (+ `sinks`, `chunk`; `kv::SlidingWindow`): a fixed (S + W + chunk − 1) slots per KV head
 ///    and sequence, whatever the context;
 ///  - `shared_prefix_tokens`: a prefix every user shares is counted once (with paging only its whole
-///    blocks can be shared, as in `PagedPool::fork` and prefix hits).
+///    blocks can be shared, as in `PagedPool::fork` and prefix hits);
+///  - `step_tokens` (+ `rope_positions`): the example decoder's activation buffers for that many tokens
+///    per step, once (`decoder_activation_bytes`).
 /// With `kv_scales` on, the KV bytes are exactly what barato's caches allocate: L `kv::Contiguous`,
 /// `kv::Quantized` or `kv::SlidingWindow` caches per sequence, or the page store of a `kv::PagedPool`
 /// of `blocks(context, users)` blocks (tests/plan/planner_test.cpp measures them with a
@@ -51,6 +53,9 @@ struct Refinements {
   std::size_t sinks = 0;                 ///< window: first positions kept forever
   std::size_t chunk = 1;                 ///< window: most tokens one append adds (costs chunk − 1 slots)
   std::size_t shared_prefix_tokens = 0;  ///< a prefix of this many tokens shared by every user, counted once
+  std::size_t step_tokens = 0;           ///< activation buffers of a decoder for this many tokens per step
+                                         ///< (`decoder_activation_bytes`), counted once; 0 = off
+  std::size_t rope_positions = 0;        ///< with step_tokens: positions of its RoPE table
 
   /// Every refinement barato's caches imply: scales counted (the rest depends on the cache chosen).
   [[nodiscard]] static Refinements exact() { return {.kv_scales = true}; }
@@ -65,6 +70,22 @@ struct PlanInput {
   std::size_t reserve = kDefaultReserve;  ///< bytes kept for the runtime
   Refinements refine{};                   ///< refinements switched on
 };
+
+/// Bytes of the activation buffers of a Llama-style decoder that processes up to `rows` tokens per
+/// step (at least 1) — exactly what the example model allocates at construction (`LlamaStack`,
+/// examples/models/llama.hpp): fp32 [rows, ·] buffers for the residual stream, its norm, q, k, v, the
+/// attention output, the output projection and the two FFN halves, i.e. rows · (3 · dim + 2 · q_dim +
+/// 2 · kv_dim + 2 · hidden_dim) floats, and a RoPE table of `positions` × head_dim/2 cos and sin
+/// floats. The caller's logits ([rows, vocab]) are not included. Needs `dim` and `hidden_dim`
+/// (`value_error` when the shape leaves them 0).
+[[nodiscard]] inline std::size_t decoder_activation_bytes(const ModelShape& s, std::size_t rows, std::size_t positions) {
+  require<value_error>(s.dim > 0 && s.hidden_dim > 0, "plan::decoder_activation_bytes: shape '", s.name,
+                       "' needs dim and hidden_dim (got ", s.dim, ", ", s.hidden_dim, ")");
+  const std::size_t r = std::max<std::size_t>(rows, 1);
+  const std::size_t q_dim = s.q_heads * s.head_dim, kv_dim = s.kv_heads * s.head_dim;
+  const std::size_t per_row = 3 * s.dim + 2 * q_dim + 2 * kv_dim + 2 * s.hidden_dim;
+  return sizeof(float) * (r * per_row + 2 * positions * (s.head_dim / 2));
+}
 
 namespace detail {
 /// a · b, or kUnlimited when it overflows.
@@ -92,6 +113,7 @@ class Plan {
                          "plan::Plan: sinks and chunk need a window (window = 0)");
     require<value_error>(r.window == 0 || (r.block_tokens == 0 && r.shared_prefix_tokens == 0),
                          "plan::Plan: a sliding-window cache is neither paged nor shares prefixes in barato");
+    (void)activation_bytes();  // value_error when step_tokens is set on a shape without dim / hidden_dim
   }
 
   [[nodiscard]] const PlanInput& input() const noexcept { return in_; }
@@ -99,13 +121,20 @@ class Plan {
   // ---- fixed costs ---------------------------------------------------------------------------
   /// ⌈parameters · bits_per_weight / 8⌉.
   [[nodiscard]] std::size_t weight_bytes() const { return plan::weight_bytes(in_.shape.parameters, in_.weights); }
-  /// Weights + reserve.
-  [[nodiscard]] std::size_t fixed_bytes() const { return detail::sat_add(weight_bytes(), in_.reserve); }
-  /// True when the weights and the reserve fit in the budget.
+  /// The activation buffers switched on by `step_tokens` (0 when off).
+  [[nodiscard]] std::size_t activation_bytes() const {
+    const Refinements& r = in_.refine;
+    return r.step_tokens == 0 ? 0 : decoder_activation_bytes(in_.shape, r.step_tokens, r.rope_positions);
+  }
+  /// Weights + reserve (+ activation buffers when switched on).
+  [[nodiscard]] std::size_t fixed_bytes() const {
+    return detail::sat_add(detail::sat_add(weight_bytes(), in_.reserve), activation_bytes());
+  }
+  /// True when the weights and the reserve (and activations) fit in the budget.
   [[nodiscard]] bool weights_fit() const { return fixed_bytes() <= in_.budget; }
-  /// Bytes by which weights + reserve exceed the budget (0 when they fit): the "does not fit" line.
+  /// Bytes by which the fixed bytes (weights + reserve + activations) exceed the budget (0 when they fit): the "does not fit" line.
   [[nodiscard]] std::size_t shortfall() const { return weights_fit() ? 0 : fixed_bytes() - in_.budget; }
-  /// Bytes left for the KV cache: budget − weights − reserve (0 when they do not fit).
+  /// Bytes left for the KV cache: budget − fixed bytes (0 when they do not fit).
   [[nodiscard]] std::size_t kv_budget() const { return weights_fit() ? in_.budget - fixed_bytes() : 0; }
 
   // ---- the KV cache --------------------------------------------------------------------------
