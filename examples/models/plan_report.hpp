@@ -10,7 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
+#include <cstdlib>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "barato/core/error.hpp"
 #include "barato/plan/plan.hpp"
@@ -173,6 +177,62 @@ inline std::string limit(std::size_t n) { return n == barato::plan::kUnlimited ?
       .add("plain_max_context", num(p.plain.max_context(users)))
       .add("plain_total_bytes", num(p.plain.total_bytes(context, users)));
   return j.str();
+}
+
+/// Quality figures as written on the command line: "int4/int8=6.12,nf4/fp16=5.9" (weights/kv=value,
+/// comma-separated). `CliError` naming the bad entry otherwise.
+[[nodiscard]] inline std::vector<barato::plan::QualityFigure> parse_quality(std::string_view list) {
+  std::vector<barato::plan::QualityFigure> out;
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    const std::size_t slash = item.find('/'), eq = item.find('=');
+    const auto bad = [&] {
+      return CliError("--quality: expected WEIGHTS/KV=VALUE (e.g. int4/int8=6.12), got '" + std::string(item) + "'");
+    };
+    if (slash == std::string_view::npos || eq == std::string_view::npos || slash == 0 || eq < slash + 2) throw bad();
+    const std::string value(item.substr(eq + 1));
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(v)) throw bad();
+    out.push_back({std::string(item.substr(0, slash)), std::string(item.substr(slash + 1, eq - slash - 1)), v});
+  }
+  return out;
+}
+
+/// The search report: every weight × KV combination that fits `users` × `context` with the refinements
+/// of `o` (KV scales always counted), smallest total first, with the quality column when figures are given.
+[[nodiscard]] inline std::string search_text(const PlanOptions& o, const std::vector<barato::plan::QualityFigure>& quality) {
+  using namespace barato::plan;
+  const PlanPair p = make_plans(o);  // checks the options
+  SearchQuery q;
+  q.shape = p.refined.input().shape;
+  q.budget = p.refined.input().budget;
+  q.reserve = p.refined.input().reserve;
+  q.context = o.context;
+  q.users = o.users;
+  q.refine = p.refined.input().refine;
+  q.quality = quality;
+  const std::vector<Candidate> found = search(q);
+  std::string out = "search   " + q.shape.name + ", " + std::to_string(o.users) + " users x " + std::to_string(o.context) +
+                    " tokens in " + format_bytes(q.budget) + ": " + std::to_string(found.size()) + " of " +
+                    std::to_string(q.weights.size() * q.kv.size()) + " weight x KV combinations fit\n\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%-8s %-6s %14s %12s %14s %10s\n", "weights", "kv", "total", "max users", "max context",
+                quality.empty() ? "" : "quality");
+  out += buf;
+  for (const Candidate& c : found) {
+    char qual[32] = "";
+    if (c.quality) std::snprintf(qual, sizeof qual, "%.4g", *c.quality);
+    else if (!quality.empty()) std::snprintf(qual, sizeof qual, "-");
+    std::snprintf(buf, sizeof buf, "%-8s %-6s %14s %12s %14s %10s\n", c.weights.name.c_str(), std::string(c.kv.name()).c_str(),
+                  format_bytes(c.total_bytes).c_str(), detail::limit(c.max_users).c_str(),
+                  detail::limit(c.max_context).c_str(), qual);
+    out += buf;
+  }
+  if (found.empty()) out += "nothing fits\n";
+  return out;
 }
 
 }  // namespace barato_examples

@@ -23,7 +23,8 @@ constexpr const char* kEpilog =
 
 int tool_main(int argc, const char* const* argv) {
   PlanOptions o;
-  bool json = false;
+  bool json = false, search = false;
+  std::string quality;
   Cli cli("barato_plan", "Memory plan: weights, KV bytes per token, max tokens, users and context in a budget.");
   cli.option("--model", o.model, "FILE", "llama2.c checkpoint (its header gives the shape; overrides --shape)")
       .option("--shape", o.shape, "NAME", "named shape: 7b | 13b | 70b | qwen2.5-0.5b")
@@ -38,9 +39,17 @@ int tool_main(int argc, const char* const* argv) {
       .option("--sinks", o.sinks, "N", "sliding window: first positions kept")
       .option("--prefix", o.prefix, "N", "tokens of a prefix every user shares")
       .option("--step-tokens", o.step_tokens, "N", "count the example decoder's activation buffers for N tokens per step")
+      .flag("--search", search, "list every weight x KV format pair that fits --users x --context, smallest first")
+      .option("--quality", quality, "LIST", "with --search: measured figures per pair, e.g. int4/int8=6.12,nf4/fp16=5.9")
       .flag("--json", json, "print one JSON object")
       .epilog(kEpilog);
   if (!cli.parse(argc, argv)) return 0;
+  if (search) {
+    if (json) throw CliError("--search prints a table; --json is for a single plan");
+    std::fputs(search_text(o, parse_quality(quality)).c_str(), stdout);
+    return 0;
+  }
+  if (!quality.empty()) throw CliError("--quality needs --search");
   const PlanPair plans = make_plans(o);
   const std::string out = json ? plan_json(plans, o.context, o.users) + "\n" : plan_text(plans, o.context, o.users);
   std::fputs(out.c_str(), stdout);

@@ -148,3 +148,29 @@ TEST_CASE("plan: the example model's activation buffers = decoder_activation_byt
       CHECK(counting.current() == 0);
     }
 }
+
+TEST_CASE("plan report: --search lists what search() finds, with the quality column") {
+  PlanOptions o;
+  o.shape = "7b";
+  o.budget = "8GiB";
+  o.users = 4;
+  o.block = 16;
+  const auto quality = parse_quality("int4/int8=6.12,nf4/fp16=5.9");
+  REQUIRE(quality.size() == 2);
+  CHECK(quality[0].weights == "int4");
+  CHECK(quality[0].kv == "int8");
+  CHECK(quality[0].value == 6.12);
+  const std::string text = search_text(o, quality);
+  SearchQuery q;
+  q.shape = shape_7b();
+  q.budget = 8 * kGiB;
+  q.users = 4;
+  q.refine = {.kv_scales = true, .block_tokens = 16};
+  const auto found = search(q);
+  CHECK(text.find(std::to_string(found.size()) + " of 24 weight x KV combinations fit") != std::string::npos);
+  CHECK(text.find("6.12") != std::string::npos);
+  CHECK(text.find(format_bytes(found.front().total_bytes)) != std::string::npos);
+  CHECK_THROWS_AS((void)parse_quality("int4=6"), CliError);
+  CHECK_THROWS_AS((void)parse_quality("int4/int8=x"), CliError);
+  CHECK_THROWS_AS((void)parse_quality("/int8=1"), CliError);
+}
