@@ -10,6 +10,7 @@
 #include <string>
 
 #include "barato/core/memory.hpp"
+#include "barato/kv/paged.hpp"
 #include "models/llama.hpp"
 #include "models/llama2c.hpp"
 #include "models/llama_weights.hpp"
@@ -173,4 +174,48 @@ TEST_CASE("plan report: --search lists what search() finds, with the quality col
   CHECK_THROWS_AS((void)parse_quality("int4=6"), CliError);
   CHECK_THROWS_AS((void)parse_quality("int4/int8=x"), CliError);
   CHECK_THROWS_AS((void)parse_quality("/int8=1"), CliError);
+}
+
+TEST_CASE("plan: the example model over a paged pool of the planned blocks — bytes at construction, blocks when filled") {
+  LlamaConfig c;
+  c.dim = 48;
+  c.hidden_dim = 112;
+  c.n_layers = 3;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 40;
+  c.seq_len = 128;
+  const auto w = random_llama_weights(c, 5);
+  const ModelShape s{.name = "test", .parameters = 1, .layers = c.n_layers, .q_heads = c.n_heads, .kv_heads = c.n_kv_heads,
+                     .head_dim = c.head_dim, .vocab = c.vocab_size, .dim = c.dim, .hidden_dim = c.hidden_dim};
+  struct Case {
+    std::size_t block, context, users, chunk;
+  };
+  for (const Case k : {Case{16, 100, 3, 32}, Case{4, 37, 2, 8}, Case{8, 64, 4, 64}}) {
+    CAPTURE(k.block);
+    CAPTURE(k.context);
+    CAPTURE(k.users);
+    const Plan p({.shape = s, .kv = {KvStorage::fp32}, .budget = barato::plan::kGiB, .reserve = 0,
+                  .refine = {.kv_scales = true, .block_tokens = k.block, .step_tokens = k.chunk, .rope_positions = c.seq_len}});
+    const barato::kv::PagedConfig cfg{.n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                                      .block_tokens = k.block, .n_blocks = p.blocks(k.context, k.users)};
+    barato::CountingResource counting;
+    barato::kv::PagedPool<float> pool(cfg, &counting);
+    CHECK(counting.current() == p.kv_bytes(k.context, k.users) + paged_pool_metadata_bytes(cfg));  // pages + bookkeeping
+    std::vector<Token> prompt(k.context);
+    for (std::size_t i = 0; i < k.context; ++i) prompt[i] = Token((7 * i + 3) % c.vocab_size);
+    std::vector<float> logits(k.context * c.vocab_size);
+    for (std::size_t u = 0; u < k.users; ++u) {
+      const barato::kv::SeqId id = pool.add_sequence();
+      std::vector<barato::kv::PagedView<float>> views;
+      for (std::size_t l = 0; l < c.n_layers; ++l) views.push_back(pool.view(id, l));
+      const std::size_t before = counting.current();  // + the sequence's slot (its block table comes with its tokens)
+      Llama<barato::kv::PagedView<float>> model(w, std::move(views), {.max_chunk = k.chunk, .mr = &counting});
+      CHECK(counting.current() - before == p.activation_bytes());  // one model's activation buffers and RoPE table
+      model.forward(prompt, logits);
+    }
+    CHECK(pool.used_blocks() == p.blocks(k.context, k.users));
+    CHECK(pool.free_blocks() == 0);
+  }
 }

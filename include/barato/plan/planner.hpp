@@ -20,8 +20,9 @@
 /// `kv::Quantized` or `kv::SlidingWindow` caches per sequence, or the page store of a `kv::PagedPool`
 /// of `blocks(context, users)` blocks (tests/plan/planner_test.cpp measures them with a
 /// `CountingResource`). A pool's bookkeeping — block counts, free list and prefix registry, sized at
-/// construction — is `paged_pool_metadata_bytes` and not part of the KV bytes; the per-sequence block
-/// tables (4 bytes per block, grown as sequences grow) are not counted anywhere.
+/// construction — is `paged_pool_metadata_bytes` and not part of the KV bytes; the per-sequence
+/// bookkeeping (a sequence-table slot, per-layer lengths, the block table of 4 bytes per block grown
+/// as the sequence grows, its known tokens) is not counted anywhere.
 
 #include <algorithm>
 #include <cstddef>
