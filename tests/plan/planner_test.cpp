@@ -74,6 +74,15 @@ TEST_CASE("plan: weight formats — named, bits, quant format types") {
   CHECK(weight_format<quant::Nf4<>>().bits_per_weight == 4.25);
   CHECK(weight_format<quant::Nf4<64, float>>().bits_per_weight == 4.5);
   CHECK(weight_bytes(1001, {"x", 4}) == 501);  // rounded up to whole bytes
+  // the named figures are the format types' facts
+  CHECK(parse_weight_format("int4").bits_per_weight == quant::AbsMax<4, quant::PerGroup<128>>::kBitsPerWeight);
+  CHECK(parse_weight_format("nf4").bits_per_weight == quant::Nf4<>::kBitsPerWeight);
+  CHECK(parse_weight_format("int8").bits_per_weight == quant::AbsMax<8, quant::PerRow>::kBitsPerWeight);
+  // the tools' scheme names
+  CHECK(parse_weight_format("int4-g128").bits_per_weight == 4.125);
+  CHECK(parse_weight_format("int4-g128").name == "int4-g128");
+  CHECK(parse_weight_format("int8-row").bits_per_weight == 8);
+  CHECK(parse_weight_format("int4-tensor").bits_per_weight == 4);
 }
 
 TEST_CASE("plan: KV formats — codes, and the scales as a separate line") {

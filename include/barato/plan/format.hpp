@@ -21,6 +21,7 @@
 #include "barato/kv/memory.hpp"
 #include "barato/kv/quantized.hpp"
 #include "barato/quant/format.hpp"
+#include "barato/quant/scheme.hpp"
 
 namespace barato::plan {
 
@@ -56,11 +57,19 @@ template <quant::Format F>
   return {{{"fp32", 32}, {"fp16", 16}, {"bf16", 16}, {"int8", 8}, {"int4", 4.125}, {"nf4", 4.25}}};
 }
 
-/// A named weight format (case-sensitive names of `named_weight_formats`) or a number of bits per
-/// weight ("5.5"); `value_error` otherwise.
+/// A named weight format (case-sensitive names of `named_weight_formats`), a quant scheme name of the
+/// tools' `--weights` (int8-tensor, int8-row, int4-tensor, int4-row, int4-g128: the format type's
+/// `kBitsPerWeight`), or a number of bits per weight ("5.5"); `value_error` otherwise.
 [[nodiscard]] inline WeightFormat parse_weight_format(std::string_view s) {
   for (const WeightFormat& f : named_weight_formats())
     if (f.name == s) return f;
+  for (const quant::Scheme q : quant::kSchemes)
+    if (quant::scheme_name(q) == s)
+      return quant::visit_scheme(q, [&](auto format) {
+        WeightFormat f = weight_format<decltype(format)>();
+        f.name = std::string(s);
+        return f;
+      });
   const std::string str(s);
   std::size_t used = 0;
   double bits = 0;
@@ -70,7 +79,8 @@ template <quant::Format F>
     used = 0;
   }
   require<value_error>(!str.empty() && used == str.size(), "plan: unknown weight format '", s,
-                       "' (expected fp32, fp16, bf16, int8, int4, nf4 or bits per weight such as 4.5)");
+                       "' (expected fp32, fp16, bf16, int8, int4, nf4, a scheme such as int4-g128 or int8-row, or "
+                       "bits per weight such as 4.5)");
   return WeightFormat{.name = str, .bits_per_weight = bits}.checked();
 }
 
