@@ -11,3 +11,4 @@
 #include "barato/sample/sample.hpp"
 #include "barato/spec/spec.hpp"
 #include "barato/batch/batch.hpp"
+#include "barato/plan/plan.hpp"
