@@ -38,6 +38,7 @@
 #include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/generate.hpp"
+#include "models/kl_divergence.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
 
@@ -47,7 +48,6 @@ using namespace barato;
 using namespace barato_examples;
 
 constexpr std::size_t kWindow = 256;  // positions per evaluation window (BOS + 255 text tokens)
-constexpr double kZ95 = 1.959963984540054;
 
 using Model = Llama<kv::Contiguous<float>, nn::AnyLinear>;
 
@@ -83,14 +83,6 @@ Eval evaluate(const LlamaWeights<nn::AnyLinear>& w, const std::vector<std::vecto
     }
   }
   return e;
-}
-
-/// Wilson score interval of a binomial share k / n at 95 %.
-std::pair<double, double> wilson(std::size_t k, std::size_t n) {
-  const double p = double(k) / double(n), z2 = kZ95 * kZ95, nn = double(n);
-  const double c = (p + z2 / (2 * nn)) / (1 + z2 / nn);
-  const double h = kZ95 * std::sqrt(p * (1 - p) / nn + z2 / (4 * nn * nn)) / (1 + z2 / nn);
-  return {c - h, c + h};
 }
 
 std::string one_line(std::string s, std::size_t max_len) {
@@ -155,7 +147,7 @@ int tutorial_main(int argc, const char* const* argv) {
     const double ppl = std::exp(e.nll / double(e.n)), ppl0 = std::exp(evals[0].nll / double(evals[0].n));
     std::size_t agree = 0;
     for (std::size_t i = 0; i < e.n; ++i) agree += e.argmaxes[i] == evals[0].argmaxes[i];
-    const auto [lo, hi] = wilson(agree, e.n);
+    const auto [lo, hi] = wilson_interval(agree, e.n);
     ppls.push_back(ppl);
     std::printf("  %-12s %8.3f %10.1f %12.4f %+10.4f   %6.2f%% [%6.2f%%, %6.2f%%]\n", v.name.c_str(),
                 8.0 * double(bytes) / double(weights), double(bytes) / 1024.0, ppl, ppl - ppl0,

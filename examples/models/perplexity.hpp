@@ -48,6 +48,39 @@ struct PerplexityResult {
   return std::log(s) + m - static_cast<double>(logits[static_cast<std::size_t>(target)]);
 }
 
+namespace detail {
+/// Checks the arguments of the protocol; returns the chunk (rows of logits per forward call).
+inline std::size_t check_perplexity_args(std::span<const Token> text, std::size_t window, std::span<const float> scratch,
+                                         std::size_t V) {
+  barato::require(window > 0, "perplexity: window must be > 0");
+  barato::require(scratch.size() >= V && scratch.size() % V == 0, "perplexity: scratch must hold whole rows of vocab = ", V,
+                  " floats, got ", scratch.size());
+  for (const Token t : text)
+    barato::require<barato::value_error>(t >= 0 && static_cast<std::size_t>(t) < V, "perplexity: token id ", t,
+                                         " outside [0, ", V, ")");
+  return scratch.size() / V;
+}
+}  // namespace detail
+
+/// The windows of the protocol: `f(w0, input)` for each window, where the window scores
+/// text[w0 .. w0 + w) and `input` = BOS + text[w0 .. w0 + w − 1) (w positions; input[i] predicts
+/// text[w0 + i]). Returns the number of windows.
+template <class F>
+std::size_t for_each_window(std::span<const Token> text, std::size_t window, F&& f) {
+  barato::require(window > 0, "perplexity: window must be > 0");
+  std::vector<Token> input;
+  input.reserve(window);
+  std::size_t n = 0;
+  for (std::size_t w0 = 0; w0 < text.size(); w0 += window, ++n) {
+    const std::size_t w = std::min(window, text.size() - w0);
+    input.assign(1, Token{1});
+    input.insert(input.end(), text.begin() + static_cast<std::ptrdiff_t>(w0),
+                 text.begin() + static_cast<std::ptrdiff_t>(w0 + w - 1));
+    f(w0, std::span<const Token>(input));
+  }
+  return n;
+}
+
 /// Scores `text` (ids without BOS) with the protocol above. `model` needs reset(), forward(tokens,
 /// logits) and vocab_size(); `scratch` holds [chunk, vocab] floats (chunk ≥ 1 rows per forward call).
 /// `progress(done_tokens, total_tokens)` is called after each window when set.
@@ -56,32 +89,21 @@ PerplexityResult perplexity(Model& model, std::span<const Token> text, std::size
                             std::size_t text_bytes = 0,
                             const std::function<void(std::size_t, std::size_t)>& progress = {}) {
   const std::size_t V = model.vocab_size();
-  barato::require(window > 0, "perplexity: window must be > 0");
-  barato::require(scratch.size() >= V && scratch.size() % V == 0, "perplexity: scratch must hold whole rows of vocab = ", V,
-                  " floats, got ", scratch.size());
-  const std::size_t chunk = scratch.size() / V;
-  for (const Token t : text)
-    barato::require<barato::value_error>(t >= 0 && static_cast<std::size_t>(t) < V, "perplexity: token id ", t,
-                                         " outside [0, ", V, ")");
+  const std::size_t chunk = detail::check_perplexity_args(text, window, scratch, V);
   PerplexityResult r;
   r.text_bytes = text_bytes;
-  std::vector<Token> input;  // [window]: BOS + window[0 .. w−1)
-  input.reserve(window);
-  for (std::size_t w0 = 0; w0 < text.size(); w0 += window) {
-    const std::size_t w = std::min(window, text.size() - w0);
-    input.assign(1, Token{1});
-    input.insert(input.end(), text.begin() + static_cast<std::ptrdiff_t>(w0),
-                 text.begin() + static_cast<std::ptrdiff_t>(w0 + w - 1));
+  for_each_window(text, window, [&](std::size_t w0, std::span<const Token> input) {
+    const std::size_t w = input.size();
     model.reset();
     for (std::size_t c0 = 0; c0 < w; c0 += chunk) {
       const std::size_t m = std::min(chunk, w - c0);
-      model.forward(std::span<const Token>(input).subspan(c0, m), scratch.first(m * V));
+      model.forward(input.subspan(c0, m), scratch.first(m * V));
       for (std::size_t i = 0; i < m; ++i) r.total_nll += token_nll(scratch.subspan(i * V, V), text[w0 + c0 + i]);
     }
     r.tokens += w;
     ++r.windows;
     if (progress) progress(r.tokens, text.size());
-  }
+  });
   return r;
 }
 
