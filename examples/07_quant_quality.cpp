@@ -7,9 +7,12 @@
 //
 //   Step 1  the fp32 model, the tokenizer and a held-out text (TinyStories validation stories,
 //           which the model never trained on), cut into windows of 256 positions (BOS + 255 tokens)
-//   Step 2  per scheme: bits/weight, perplexity, and teacher-forced token agreement with fp32 — the
-//           share of positions where the quantized model's argmax equals the fp32 model's — with a
-//           95 % Wilson interval (positions of one story are correlated, so read it as a guide)
+//   Step 2  per scheme: bits/weight, perplexity, the mean KL divergence KL(P_fp32 ‖ P_scheme) over
+//           every scored position (nats, ± its standard error) and teacher-forced token agreement with
+//           fp32 — the share of positions where the quantized model's argmax equals the fp32 model's —
+//           with a 95 % Wilson interval (positions of one story are correlated, so read both intervals
+//           as a guide). The fp32 model runs beside each variant window by window
+//           (models/kl_divergence.hpp, compare_models): no logits are stored.
 //   Step 3  greedy generations side by side from one prompt, and where each leaves the fp32 text
 //
 // Every model is the same `Llama<kv::Contiguous<float>, nn::AnyLinear>`: the weight format is chosen
@@ -57,34 +60,6 @@ struct Variant {
   LlamaWeights<nn::AnyLinear> weights;
 };
 
-/// Teacher-forced results of one variant over all windows.
-struct Eval {
-  double nll = 0;                // Σ −log p(target)
-  std::size_t n = 0;             // predictions
-  std::vector<Token> argmaxes;   // per prediction
-};
-
-Eval evaluate(const LlamaWeights<nn::AnyLinear>& w, const std::vector<std::vector<Token>>& windows) {
-  Model model(w, make_contiguous_caches<float>(w.config, kWindow), {.threads = 1});
-  const std::size_t V = w.config.vocab_size;
-  std::vector<float> logits(kWindow * V);
-  Eval e;
-  for (const auto& win : windows) {
-    model.reset();
-    model.forward(win, std::span<float>(logits.data(), win.size() * V));
-    for (std::size_t i = 0; i + 1 < win.size(); ++i) {
-      const float* l = logits.data() + i * V;
-      const float m = *std::max_element(l, l + V);
-      double z = 0;
-      for (std::size_t v = 0; v < V; ++v) z += std::exp(double(l[v]) - m);
-      e.nll += -(double(l[win[i + 1]]) - m - std::log(z));
-      e.argmaxes.push_back(argmax(std::span<const float>(l, V)));
-      ++e.n;
-    }
-  }
-  return e;
-}
-
 std::string one_line(std::string s, std::size_t max_len) {
   std::replace(s.begin(), s.end(), '\n', ' ');
   if (s.size() > max_len) s = s.substr(0, max_len - 3) + "...";
@@ -112,15 +87,10 @@ int tutorial_main(int argc, const char* const* argv) {
   text.resize(std::min<std::size_t>(text.size(), n_tokens * 8));  // enough bytes for n_tokens (≈ 2 bytes/token)
   std::vector<Token> ids = tok.encode(text, false);
   if (ids.size() > n_tokens) ids.resize(n_tokens);
-  std::vector<std::vector<Token>> windows;
-  for (std::size_t i = 0; i + 1 < ids.size(); i += kWindow - 1) {
-    std::vector<Token> w{kBos};
-    for (std::size_t j = i; j < std::min(ids.size(), i + kWindow - 1); ++j) w.push_back(ids[j]);
-    if (w.size() >= 2) windows.push_back(std::move(w));
-  }
+  const std::size_t n_windows = (ids.size() + kWindow - 2) / (kWindow - 1);  // the perplexity protocol's windows
   std::printf("Step 1: stories260K; held-out text: the first %zu tokens of tinystories-valid-sample.txt\n"
               "        in %zu windows of up to %zu positions (BOS + text), %zu predicted tokens\n\n",
-              ids.size(), windows.size(), kWindow, ids.size());
+              ids.size(), n_windows, kWindow, ids.size());
 
   // Step 2 — perplexity and agreement per scheme ---------------------------------------------------------
   std::vector<Variant> variants;
@@ -132,26 +102,30 @@ int tutorial_main(int argc, const char* const* argv) {
                           });
                         })});
   std::printf("Step 2: teacher-forced evaluation (all projections and the tied classifier quantized)\n");
-  std::printf("  %-12s %8s %10s %12s %10s   %s\n", "weights", "bits/w", "KiB", "perplexity", "Δppl", "argmax agreement with fp32 [95% CI]");
-  std::vector<Eval> evals;
+  std::printf("  %-12s %8s %10s %12s %10s %22s   %s\n", "weights", "bits/w", "KiB", "perplexity", "Δppl",
+              "mean KLD vs fp32 (nats)", "argmax agreement with fp32 [95% CI]");
+  const std::size_t V = dense.config.vocab_size;
+  std::vector<float> ref_logits(kWindow * V), logits(kWindow * V);
+  Model ref(variants[0].weights, make_contiguous_caches<float>(dense.config, kWindow), {.threads = 1});
   std::vector<double> ppls;
   for (const auto& v : variants) {
-    evals.push_back(evaluate(v.weights, windows));
-    const auto& e = evals.back();
+    Model model(v.weights, make_contiguous_caches<float>(v.weights.config, kWindow), {.threads = 1});
+    const ModelComparison c = compare_models(ref, model, ids, kWindow - 1, ref_logits, logits);
+    const KldSummary k = c.kld.summary();
+    if (v.name == "fp32")  // identity check: the same weights on the same positions give the same logits
+      require(k.mean == 0.0 && k.max == 0.0 && k.same_top1 == k.count && c.delta_perplexity() == 0.0,
+              "fp32 vs fp32: KLD ", k.mean, ", same top-1 ", k.same_top1, " / ", k.count);
     std::size_t bytes = v.weights.classifier.bytes(), weights = v.weights.classifier.rows() * v.weights.classifier.cols();
     for (const auto& l : v.weights.layers)
       for (const nn::AnyLinear* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
         bytes += m->bytes();
         weights += m->rows() * m->cols();
       }
-    const double ppl = std::exp(e.nll / double(e.n)), ppl0 = std::exp(evals[0].nll / double(evals[0].n));
-    std::size_t agree = 0;
-    for (std::size_t i = 0; i < e.n; ++i) agree += e.argmaxes[i] == evals[0].argmaxes[i];
-    const auto [lo, hi] = wilson_interval(agree, e.n);
+    const double ppl = c.test.perplexity();
     ppls.push_back(ppl);
-    std::printf("  %-12s %8.3f %10.1f %12.4f %+10.4f   %6.2f%% [%6.2f%%, %6.2f%%]\n", v.name.c_str(),
-                8.0 * double(bytes) / double(weights), double(bytes) / 1024.0, ppl, ppl - ppl0,
-                100.0 * double(agree) / double(e.n), 100 * lo, 100 * hi);
+    std::printf("  %-12s %8.3f %10.1f %12.4f %+10.4f %12.6f ± %-8.6f   %6.2f%% [%6.2f%%, %6.2f%%]\n", v.name.c_str(),
+                8.0 * double(bytes) / double(weights), double(bytes) / 1024.0, ppl, c.delta_perplexity(), k.mean,
+                k.std_error, 100.0 * k.same_top1_share, 100 * k.same_top1_lo, 100 * k.same_top1_hi);
   }
   std::size_t best4 = 3;  // variants 3… are the 4-bit schemes (kSchemes order)
   for (std::size_t i = 3; i < variants.size(); ++i) best4 = ppls[i] < ppls[best4] ? i : best4;

@@ -75,7 +75,7 @@ inline constexpr double kZ95 = 1.959963984540054;
   const double nn = static_cast<double>(n), p = static_cast<double>(k) / nn, z2 = z * z;
   const double c = (p + z2 / (2 * nn)) / (1 + z2 / nn);
   const double h = z * std::sqrt(p * (1 - p) / nn + z2 / (4 * nn * nn)) / (1 + z2 / nn);
-  return {std::max(0.0, c - h), std::min(1.0, c + h)};
+  return {k == 0 ? 0.0 : std::max(0.0, c - h), k == n ? 1.0 : std::min(1.0, c + h)};  // exact at the ends
 }
 
 /// Summary of a `KldStats` (one sort).

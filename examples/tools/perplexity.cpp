@@ -2,12 +2,14 @@
 // examples/models/perplexity.hpp). Windows are fed through the decoder's block prefill.
 //
 //   barato_perplexity --model stories260K.bin --tokenizer tok512.bin --text tinystories-valid-sample.txt
+//   barato_perplexity --text … --weights int8-row --kl-divergence   (compare with the fp32 model)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
+#include "models/kl_divergence.hpp"
 #include "models/kv_policies.hpp"
 #include "models/llama.hpp"
 #include "models/perplexity.hpp"
@@ -44,14 +47,20 @@ constexpr const char* kProtocol =
     "     the window's earlier tokens.\n"
     "  5. perplexity = exp(mean NLL); bits per byte = total NLL / ln 2 / bytes of the file.\n"
     "Output: token count, mean NLL (nats), perplexity, bits per byte. --json prints one object with\n"
-    "tokens, mean_nll, perplexity, bits_per_byte (plus windows, bytes, seconds). Progress goes to stderr.";
+    "tokens, mean_nll, perplexity, bits_per_byte (plus windows, bytes, seconds). Progress goes to stderr.\n"
+    "--kl-divergence also runs the fp32 model with a contiguous cache over the same windows and positions\n"
+    "and compares the logits position by position (streaming: no logits are stored): KLD = KL(P_fp32 ||\n"
+    "P_scheme) in nats (log-sum-exp in double; -inf logits allowed), its mean +- standard error, median,\n"
+    "p90 / p99 / max, the share of positions where both argmaxes agree with a 95 % Wilson interval, and\n"
+    "delta PPL = PPL(scheme) - PPL(fp32). JSON adds kld_mean, kld_stderr, kld_median, kld_p90, kld_p99,\n"
+    "kld_max, same_top1, same_top1_lo, same_top1_hi, fp32_perplexity, delta_perplexity.";
 
 int tool_main(int argc, const char* const* argv) {
   std::string model_path = (data_dir() / "stories260K/stories260K.bin").string();
   std::string tok_path = (data_dir() / "stories260K/tok512.bin").string();
   std::string text_path;
   int threads = 1;
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, kld = false;
   std::size_t max_tokens = 0;
   std::string weights = "fp32";
   std::string kv = "contiguous";
@@ -65,6 +74,7 @@ int tool_main(int argc, const char* const* argv) {
               "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
               "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
       .option("--kv", kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
+      .flag("--kl-divergence", kld, "compare with the fp32 model (contiguous cache): KLD, same top-1, delta PPL")
       .flag("--json", json, "print one JSON object")
       .flag("--quiet", quiet, "no progress on stderr")
       .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +
@@ -81,12 +91,16 @@ int tool_main(int argc, const char* const* argv) {
   }
 
   // --weights: every projection (and the classifier) in the chosen format, held as nn::AnyLinear.
-  const auto w = convert_weights(load_llama2c(model_path), [&](const barato::nn::DenseLinear& d) {
+  const auto dense = load_llama2c(model_path);
+  const auto w = convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
     if (weights == "fp32") return barato::nn::AnyLinear(d.copy());
     return barato::quant::visit_scheme(barato::quant::parse_scheme(weights), [&](auto f) {
       return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights()));
     });
   });
+  // --kl-divergence: the reference, fp32 weights (and below a contiguous fp32 cache).
+  std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
+  if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
   const Tokenizer tok = load_tokenizer(tok_path, w.config.vocab_size);
   std::ifstream in(text_path, std::ios::binary);
   if (!in) throw barato::io_error(text_path + ": cannot open text file");
@@ -120,18 +134,29 @@ int tool_main(int argc, const char* const* argv) {
     std::fflush(stderr);
   };
   // --kv: the decoder runs on the chosen cache policy (models/kv_policies.hpp).
+  // --kl-divergence: the fp32 model runs beside it window by window (scratch for its logits too).
+  std::vector<float> ref_scratch(kld ? scratch.size() : 0);
   const auto score = [&](auto caches) {
     Llama<typename decltype(caches)::value_type, barato::nn::AnyLinear> model(w, std::move(caches),
                                                                              {.threads = threads, .max_chunk = kChunk});
-    return perplexity(model, ids, window, scratch, bytes, progress);
+    if (!kld) {
+      ModelComparison c;
+      c.test = perplexity(model, ids, window, scratch, bytes, progress);
+      return c;
+    }
+    Llama<barato::kv::Contiguous<float>, barato::nn::AnyLinear> ref(
+        *ref_w, make_contiguous_caches<float>(ref_w->config, ref_w->config.seq_len), {.threads = threads, .max_chunk = kChunk});
+    return compare_models(ref, model, ids, window, ref_scratch, scratch, bytes, progress);
   };
-  PerplexityResult r;
+  ModelComparison cmp;
   try {
-    r = with_kv_policy(kv, w.config, w.config.seq_len, std::pmr::get_default_resource(), score, kChunk);
+    cmp = with_kv_policy(kv, w.config, w.config.seq_len, std::pmr::get_default_resource(), score, kChunk);
   } catch (const barato::value_error& e) {
     if (std::string_view(e.what()).starts_with("--kv")) throw CliError(e.what());
     throw;
   }
+  const PerplexityResult& r = cmp.test;
+  const KldSummary k = cmp.kld.summary();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   if (!quiet) std::fprintf(stderr, "\rscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", r.tokens, r.windows, secs,
                            secs > 0 ? static_cast<double>(r.tokens) / secs : 0.0);
@@ -142,14 +167,36 @@ int tool_main(int argc, const char* const* argv) {
         .add("perplexity", r.perplexity())
         .add("bits_per_byte", r.bits_per_byte())
         .add("windows", r.windows)
+        .add("weights", weights)
         .add("kv", kv)
         .add("bytes", bytes)
         .add("seconds", secs);
+    if (kld)
+      o.add("kld_mean", k.mean)
+          .add("kld_stderr", k.std_error)
+          .add("kld_median", k.median)
+          .add("kld_p90", k.p90)
+          .add("kld_p99", k.p99)
+          .add("kld_max", k.max)
+          .add("same_top1", k.same_top1_share)
+          .add("same_top1_lo", k.same_top1_lo)
+          .add("same_top1_hi", k.same_top1_hi)
+          .add("fp32_perplexity", cmp.reference.perplexity())
+          .add("delta_perplexity", cmp.delta_perplexity());
     std::printf("%s\n", o.str().c_str());
   } else {
     std::printf("file:          %s\ntokens:        %zu\nbytes:         %zu\nmean NLL:      %.6f nats\n"
                 "perplexity:    %.4f\nbits per byte: %.6f\n",
                 text_path.c_str(), r.tokens, bytes, r.mean_nll(), r.perplexity(), r.bits_per_byte());
+    if (kld)
+      std::printf("KL divergence vs fp32 (reference: fp32 weights, contiguous cache; the same %zu positions)\n"
+                  "mean KLD:      %.6g ± %.2g nats (± standard error)\nmedian KLD:    %.6g nats\n"
+                  "p90 KLD:       %.6g nats\np99 KLD:       %.6g nats\nmax KLD:       %.6g nats\n"
+                  "same top-1:    %.3f %% [%.3f, %.3f] (95 %% Wilson)\n"
+                  "fp32 PPL:      %.4f\nΔPPL:          %+.4f (scheme − fp32)\n",
+                  k.count, k.mean, k.std_error, k.median, k.p90, k.p99, k.max,
+                  100 * k.same_top1_share, 100 * k.same_top1_lo, 100 * k.same_top1_hi, cmp.reference.perplexity(),
+                  cmp.delta_perplexity());
   }
   return 0;
 }

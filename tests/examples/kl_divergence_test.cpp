@@ -137,6 +137,8 @@ TEST_CASE("wilson_interval") {
   CHECK(hi0 == doctest::Approx(0.161).epsilon(1e-2));
   const auto [lo1, hi1] = wilson_interval(20, 20);
   CHECK(hi1 == 1.0);
+  CHECK(wilson_interval(2000, 2000).second == 1.0);  // exact at the ends, not 1 − ε
+  CHECK(wilson_interval(0, 2000).first == 0.0);
   CHECK(lo1 == doctest::Approx(1.0 - hi0));
   CHECK_THROWS_AS((void)wilson_interval(3, 2), barato::value_error);
 }
