@@ -6,7 +6,8 @@
 // projection and the tied classifier in each weight scheme, and compares it with the fp32 model:
 //
 //   Step 1  the fp32 model, the tokenizer and a held-out text (TinyStories validation stories,
-//           which the model never trained on), cut into windows of 256 positions (BOS + 255 tokens)
+//           which the model never trained on), cut into windows of 255 tokens, each fed as BOS + its
+//           earlier tokens from position 0 (the protocol of barato_perplexity, models/perplexity.hpp)
 //   Step 2  per scheme: bits/weight, perplexity, the mean KL divergence KL(P_fp32 ‖ P_scheme) over
 //           every scored position (nats, ± its standard error) and teacher-forced token agreement with
 //           fp32 — the share of positions where the quantized model's argmax equals the fp32 model's —
@@ -50,7 +51,7 @@ namespace {
 using namespace barato;
 using namespace barato_examples;
 
-constexpr std::size_t kWindow = 256;  // positions per evaluation window (BOS + 255 text tokens)
+constexpr std::size_t kWindow = 255;  // text tokens scored per evaluation window (fed as BOS + the first 254)
 
 using Model = Llama<kv::Contiguous<float>, nn::AnyLinear>;
 
@@ -87,9 +88,9 @@ int tutorial_main(int argc, const char* const* argv) {
   text.resize(std::min<std::size_t>(text.size(), n_tokens * 8));  // enough bytes for n_tokens (≈ 2 bytes/token)
   std::vector<Token> ids = tok.encode(text, false);
   if (ids.size() > n_tokens) ids.resize(n_tokens);
-  const std::size_t n_windows = (ids.size() + kWindow - 2) / (kWindow - 1);  // the perplexity protocol's windows
+  const std::size_t n_windows = (ids.size() + kWindow - 1) / kWindow;
   std::printf("Step 1: stories260K; held-out text: the first %zu tokens of tinystories-valid-sample.txt\n"
-              "        in %zu windows of up to %zu positions (BOS + text), %zu predicted tokens\n\n",
+              "        in %zu windows of up to %zu tokens (each fed as BOS + its earlier tokens), %zu predicted tokens\n\n",
               ids.size(), n_windows, kWindow, ids.size());
 
   // Step 2 — perplexity and agreement per scheme ---------------------------------------------------------
@@ -105,12 +106,12 @@ int tutorial_main(int argc, const char* const* argv) {
   std::printf("  %-12s %8s %10s %12s %10s %22s   %s\n", "weights", "bits/w", "KiB", "perplexity", "Δppl",
               "mean KLD vs fp32 (nats)", "argmax agreement with fp32 [95% CI]");
   const std::size_t V = dense.config.vocab_size;
-  std::vector<float> ref_logits(kWindow * V), logits(kWindow * V);
+  std::vector<float> ref_logits(kWindow * V), logits(kWindow * V);  // [window, vocab]: one forward call per window
   Model ref(variants[0].weights, make_contiguous_caches<float>(dense.config, kWindow), {.threads = 1});
-  std::vector<double> ppls;
+  std::vector<double> ppls, klds;
   for (const auto& v : variants) {
     Model model(v.weights, make_contiguous_caches<float>(v.weights.config, kWindow), {.threads = 1});
-    const ModelComparison c = compare_models(ref, model, ids, kWindow - 1, ref_logits, logits);
+    const ModelComparison c = compare_models(ref, model, ids, kWindow, ref_logits, logits);
     const KldSummary k = c.kld.summary();
     if (v.name == "fp32")  // identity check: the same weights on the same positions give the same logits
       require(k.mean == 0.0 && k.max == 0.0 && k.same_top1 == k.count && c.delta_perplexity() == 0.0,
@@ -123,6 +124,7 @@ int tutorial_main(int argc, const char* const* argv) {
       }
     const double ppl = c.test.perplexity();
     ppls.push_back(ppl);
+    klds.push_back(k.mean);
     std::printf("  %-12s %8.3f %10.1f %12.4f %+10.4f %12.6f ± %-8.6f   %6.2f%% [%6.2f%%, %6.2f%%]\n", v.name.c_str(),
                 8.0 * double(bytes) / double(weights), double(bytes) / 1024.0, ppl, c.delta_perplexity(), k.mean,
                 k.std_error, 100.0 * k.same_top1_share, 100 * k.same_top1_lo, 100 * k.same_top1_hi);
@@ -130,8 +132,10 @@ int tutorial_main(int argc, const char* const* argv) {
   std::size_t best4 = 3;  // variants 3… are the 4-bit schemes (kSchemes order)
   for (std::size_t i = 3; i < variants.size(); ++i) best4 = ppls[i] < ppls[best4] ? i : best4;
   std::printf("  -> int8 costs %+.4f (per-tensor) and %+.4f (per-row) perplexity; the best 4-bit scheme here is %s (%+.4f).\n"
+              "     Mean KLD from fp32: %.5f (int8 per-tensor) and %.5f (per-row) nats, %.4f for %s.\n"
               "     stories260K's rows have 64 columns, so int4-g128's group is a whole row (w2's 172 columns: 128 + 44).\n\n",
-              ppls[1] - ppls[0], ppls[2] - ppls[0], variants[best4].name.c_str(), ppls[best4] - ppls[0]);
+              ppls[1] - ppls[0], ppls[2] - ppls[0], variants[best4].name.c_str(), ppls[best4] - ppls[0], klds[1], klds[2],
+              klds[best4], variants[best4].name.c_str());
 
   // Step 3 — greedy generations side by side ---------------------------------------------------------
   const std::vector<Token> prompt_ids = tok.encode(prompt, true);

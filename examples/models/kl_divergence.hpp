@@ -25,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
