@@ -125,6 +125,10 @@ TEST_CASE("mixed loss = alpha CE + (1 - alpha) KD, and its gradient matches fini
   }
   const auto p = probs(zs, 1.0);
   CHECK(cross_entropy(zs, y) == doctest::Approx(-std::log(p[y])).epsilon(kDoubleTol));
+  std::vector<double> g(zs.size());
+  CHECK(cross_entropy_gradient(zs, y, g) == doctest::Approx(cross_entropy(zs, y)).epsilon(kDoubleTol));
+  const auto fd = finite_diff(zs, [&](const std::vector<double>& s) { return cross_entropy(s, y); });
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(fd[i]).epsilon(kFiniteDiffTol).scale(1.0));
 }
 
 TEST_CASE("masked tokens: 0 where the teacher masks, +inf KL where only the student masks, JSD stays <= ln 2") {
@@ -160,4 +164,6 @@ TEST_CASE("bad input: NaN, sizes, alpha, target, temperature") {
   CHECK_THROWS_AS((void)cross_entropy(a, -1), value_error);
   CHECK_THROWS_AS((void)kd_loss(a, a, {.temperature = 0.0}), value_error);
   CHECK_THROWS_AS((void)mixed_gradient(a, a, 7, {}, g), value_error);
+  CHECK_THROWS_AS((void)cross_entropy_gradient(a, 3, g), value_error);
+  CHECK_THROWS_AS((void)cross_entropy_gradient(a, 0, std::vector<float>(2)), shape_error);
 }

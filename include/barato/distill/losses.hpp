@@ -5,7 +5,7 @@
 /// Which convention each function uses (written out because libraries differ):
 /// - `kl_divergence`, `forward_kl`, `reverse_kl`, `jsd`: plain divergences between softmax(z / T) rows,
 ///   in nats, **no T² factor** (they measure, they do not train).
-/// - `cross_entropy`: the hard-label loss −log softmax(z)[y] at T = 1, no factor.
+/// - `cross_entropy` / `cross_entropy_gradient`: the hard-label loss −log softmax(z)[y] at T = 1, no factor.
 /// - `kd_loss` / `kd_gradient`: KL(teacher_T ‖ student_T) times T² by default (`TemperatureScaling::squared`,
 ///   Hinton, Vinyals & Dean 2015 §2: the gradients of the soft term scale as 1/T², so multiplying by T²
 ///   keeps its weight against the hard term when T changes; DistilBERT (Sanh et al. 2019) does the same).
@@ -148,6 +148,23 @@ template <Logits S>
   detail::check_target(target, z.size(), "distill::cross_entropy");
   const double lse = detail::checked_lse(z, 1.0, "distill::cross_entropy");
   return lse - static_cast<double>(z[static_cast<std::size_t>(target)]);
+}
+
+/// Writes ∂cross_entropy/∂z = softmax(z) − onehot(target) into `grad` (size of the row) and returns
+/// cross_entropy(student_logits, target).
+template <Logits S, OutputRow O>
+double cross_entropy_gradient(const S& student_logits, Token target, O&& grad) {
+  const auto z = detail::row(student_logits);
+  const auto g = detail::out_row(grad);
+  require<shape_error>(g.size() == z.size(), "distill::cross_entropy_gradient: grad has ", g.size(), " elements, logits ",
+                       z.size());
+  detail::check_target(target, z.size(), "distill::cross_entropy_gradient");
+  const double lse = detail::checked_lse(z, 1.0, "distill::cross_entropy_gradient");
+  const double ce = lse - static_cast<double>(z[static_cast<std::size_t>(target)]);
+  using G = typename decltype(g)::value_type;
+  for (std::size_t i = 0; i < z.size(); ++i)
+    g[i] = static_cast<G>(std::exp(static_cast<double>(z[i]) - lse) - (static_cast<std::size_t>(target) == i ? 1.0 : 0.0));
+  return ce;
 }
 
 /// The distillation loss c · KL(teacher_T ‖ student_T), c = T² (`TemperatureScaling::squared`, default) or 1.
