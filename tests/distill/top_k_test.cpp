@@ -70,6 +70,10 @@ TEST_CASE("sparse KD = dense KD between the teacher and the student restricted t
       CHECK(sparse_kd_loss(ids, tv, zs, opt) == doctest::Approx(kd_loss(tk, sk, opt)).epsilon(kDoubleTol));
     }
   }
+  // the T² switch, independently of kd_loss: squared = T² · none
+  for (const double t : {2.0, 4.0})
+    CHECK(sparse_kd_loss(ids, tv, zs, {.temperature = t}) ==
+          doctest::Approx(t * t * sparse_kd_loss(ids, tv, zs, {.temperature = t, .scaling = TemperatureScaling::none})).epsilon(kDoubleTol));
   // k = vocab: the sparse loss is the dense one
   std::vector<Token> all(kVocab);
   std::vector<float> av(kVocab);
