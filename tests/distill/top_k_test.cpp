@@ -19,8 +19,8 @@ constexpr double kDoubleTol = 1e-12;
 /// As in losses_test.cpp: central differences with h = 1e-5 in double.
 constexpr double kFiniteDiffTol = 1e-7;
 constexpr double kStep = 1e-5;
-/// The teacher logits are cached as float: the sparse loss from float logits vs the dense double
-/// reference on the same (float-rounded) values differs by double rounding only.
+/// Vocabulary of the test rows. The cached teacher logits are float; the dense references are fed the
+/// same float values, so sparse and dense differ by double rounding only (kDoubleTol).
 constexpr std::size_t kVocab = 64;
 
 std::vector<float> random_logits(std::size_t n, unsigned seed) {
