@@ -1,9 +1,9 @@
 # Include-graph check of include/barato: every `#include "barato/<area>/..."` must point to the same
 # area or to an area strictly below it in the layer order (ARCHITECTURE.md):
 #
-#   core < simd < {nn, kv} < quant < attention < sample < {spec, batch, plan}
+#   core < simd < {nn, kv} < quant < attention < sample < {spec, batch, plan, distill}
 #
-# Areas of one rank (nn, kv; spec, batch, plan) may not include each other either, so the area graph has no cycle.
+# Areas of one rank (nn, kv; spec, batch, plan, distill) may not include each other either, so the area graph has no cycle.
 # Headers directly under include/barato (the umbrella barato.hpp) may include everything.
 # Run: cmake -DSOURCE_DIR=<repo> -P cmake/check_layers.cmake (ctest test `include_layers`).
 # Fails naming every offending file and line.
@@ -37,6 +37,7 @@ set(rank_sample 5)
 set(rank_spec 6)
 set(rank_batch 6)
 set(rank_plan 6)
+set(rank_distill 6)
 
 file(GLOB_RECURSE headers RELATIVE "${root}" "${root}/*.hpp")
 list(SORT headers)
@@ -75,7 +76,7 @@ if(edges EQUAL 0)
 endif()
 if(NOT errors STREQUAL "")
   message(FATAL_ERROR "check_layers: includes against the layer order "
-                      "core < simd < {nn, kv} < quant < attention < sample < {spec, batch, plan}:\n${errors}")
+                      "core < simd < {nn, kv} < quant < attention < sample < {spec, batch, plan, distill}:\n${errors}")
 endif()
 list(LENGTH headers n_headers)
 message(STATUS "check_layers: ${n_headers} headers, ${edges} includes, all downward")

@@ -12,3 +12,4 @@
 #include "barato/spec/spec.hpp"
 #include "barato/batch/batch.hpp"
 #include "barato/plan/plan.hpp"
+#include "barato/distill/distill.hpp"
