@@ -160,7 +160,8 @@ TEST_CASE("decode_cascade with the whole cache shared (no suffix) and with nothi
 TEST_CASE("decode_cascade is bitwise per-sequence decode when the shared prefix is a multiple of the kernel chunk "
           "(fewer than kCascadeStackMinHeads stacked heads: the shared pass is `accumulate` too)") {
   // fixed-dim chunks: 64 rows at d = 64 and 32 rows at d = 128 (fp32); pages of 64 / 32 / 128 rows
-  for (const auto& [d, B] : {std::pair<std::size_t, std::size_t>{64, 64}, {128, 32}, {64, 128}}) {
+  for (const auto& shape : {std::pair<std::size_t, std::size_t>{64, 64}, {128, 32}, {64, 128}}) {
+    const std::size_t d = shape.first, B = shape.second;  // plain names: clang 14 cannot capture bindings
     CAPTURE(d);
     CAPTURE(B);
     const attention::Heads heads{.n_q = 6, .n_kv = 2, .head_dim = d};

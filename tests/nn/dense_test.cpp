@@ -140,8 +140,10 @@ static_assert(nn::LinearLayer<nn::DenseLinear>);
 
 TEST_CASE_TEMPLATE("Dense::apply_batch rows equal apply bitwise for n = 1 … 70 and 1 or 2 threads", T, float, f16, bf16) {
   // 96 × 300: one row block; 700 × 300: several L2 row blocks (kRowBlockBytes / (300 · sizeof(T)) < 700)
-  for (const auto& [rows, cols, step] : {std::tuple<std::size_t, std::size_t, std::size_t>{96, 300, 1}, {700, 300, 11}}) {
-    CAPTURE(rows);
+  for (const auto& shape : {std::tuple<std::size_t, std::size_t, std::size_t>{96, 300, 1}, {700, 300, 11}}) {
+    const auto [rows, cols, step] = shape;
+    const std::size_t rows_ = rows;  // a plain name for CAPTURE (clang 14 cannot capture bindings)
+    CAPTURE(rows_);
     const auto w = test::random_vector(rows * cols, 31);
     const nn::Dense<T> layer(rows, cols, w);
     constexpr std::size_t kMaxN = 70;
