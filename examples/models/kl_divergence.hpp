@@ -164,17 +164,20 @@ struct ModelComparison {
 
 /// Runs `ref` and `test` over `text` with the perplexity protocol (models/perplexity.hpp) and compares
 /// their logits at every scored position. Each scratch holds [chunk, vocab] floats (the same chunk for
-/// both). `progress(done_tokens, total_tokens)` is called after each window when set.
+/// both). `progress(done_tokens, total_tokens)` is called after each window when set; `test_argmax`,
+/// when set, receives the test model's argmax at every scored position (as `perplexity` does).
 template <class RefModel, class TestModel>
 ModelComparison compare_models(RefModel& ref, TestModel& test, std::span<const Token> text, std::size_t window,
                                std::span<float> ref_scratch, std::span<float> test_scratch, std::size_t text_bytes = 0,
-                               const std::function<void(std::size_t, std::size_t)>& progress = {}) {
+                               const std::function<void(std::size_t, std::size_t)>& progress = {},
+                               std::vector<Token>* test_argmax = nullptr) {
   const std::size_t V = ref.vocab_size();
   barato::require<barato::shape_error>(test.vocab_size() == V, "compare_models: vocab ", V, " vs ", test.vocab_size());
   barato::require(ref_scratch.size() == test_scratch.size(), "compare_models: scratch sizes differ");
   const std::size_t chunk = detail::check_perplexity_args(text, window, ref_scratch, V);
   ModelComparison c;
   c.reference.text_bytes = c.test.text_bytes = text_bytes;
+  if (test_argmax != nullptr) test_argmax->clear();
   for_each_window(text, window, [&](std::size_t w0, std::span<const Token> input) {
     ref.reset();
     test.reset();
@@ -189,7 +192,9 @@ ModelComparison compare_models(RefModel& ref, TestModel& test, std::span<const T
         const Token target = text[w0 + c0 + i];
         c.reference.total_nll += token_nll(lr, target);
         c.test.total_nll += token_nll(lt, target);
-        c.kld.add(kl_divergence(lr, lt), barato::sample::argmax(lr) == barato::sample::argmax(lt));
+        const Token top_t = barato::sample::argmax(lt);
+        c.kld.add(kl_divergence(lr, lt), barato::sample::argmax(lr) == top_t);
+        if (test_argmax != nullptr) test_argmax->push_back(top_t);
       }
     }
     for (PerplexityResult* r : {&c.reference, &c.test}) {

@@ -11,6 +11,8 @@
 /// The last token of a window is never an input (its logits would predict the next window), so a
 /// window of w tokens costs one forward pass over w positions: BOS + the first w − 1 tokens.
 /// Positions are fed in chunks through `forward` (prefill), logits [chunk, vocab] in caller scratch.
+/// Optionally the argmax after every scored position is recorded (`sample::argmax`: the lowest id on
+/// ties, the greedy convention), so a given sequence — another engine's output — can be compared teacher-forced.
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +24,7 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/token.hpp"
+#include "barato/sample/sampler.hpp"
 
 namespace barato_examples {
 
@@ -83,22 +86,28 @@ std::size_t for_each_window(std::span<const Token> text, std::size_t window, F&&
 
 /// Scores `text` (ids without BOS) with the protocol above. `model` needs reset(), forward(tokens,
 /// logits) and vocab_size(); `scratch` holds [chunk, vocab] floats (chunk ≥ 1 rows per forward call).
-/// `progress(done_tokens, total_tokens)` is called after each window when set.
+/// `progress(done_tokens, total_tokens)` is called after each window when set. When `argmax` is set it
+/// receives, for every scored token text[i], the model's argmax at the position that predicts it.
 template <class Model>
 PerplexityResult perplexity(Model& model, std::span<const Token> text, std::size_t window, std::span<float> scratch,
                             std::size_t text_bytes = 0,
-                            const std::function<void(std::size_t, std::size_t)>& progress = {}) {
+                            const std::function<void(std::size_t, std::size_t)>& progress = {},
+                            std::vector<Token>* argmax = nullptr) {
   const std::size_t V = model.vocab_size();
   const std::size_t chunk = detail::check_perplexity_args(text, window, scratch, V);
   PerplexityResult r;
   r.text_bytes = text_bytes;
+  if (argmax != nullptr) argmax->clear();
   for_each_window(text, window, [&](std::size_t w0, std::span<const Token> input) {
     const std::size_t w = input.size();
     model.reset();
     for (std::size_t c0 = 0; c0 < w; c0 += chunk) {
       const std::size_t m = std::min(chunk, w - c0);
       model.forward(input.subspan(c0, m), scratch.first(m * V));
-      for (std::size_t i = 0; i < m; ++i) r.total_nll += token_nll(scratch.subspan(i * V, V), text[w0 + c0 + i]);
+      for (std::size_t i = 0; i < m; ++i) {
+        r.total_nll += token_nll(scratch.subspan(i * V, V), text[w0 + c0 + i]);
+        if (argmax != nullptr) argmax->push_back(barato::sample::argmax(scratch.subspan(i * V, V)));
+      }
     }
     r.tokens += w;
     ++r.windows;
