@@ -114,6 +114,35 @@ class GgufWriteValue {
   std::vector<std::byte> bytes_;
 };
 
+/// A value read from a GGUF file, serialised again (to copy metadata from one file to another).
+[[nodiscard]] inline GgufWriteValue gguf_write_value(const GgufValue& v) {
+  switch (v.type) {
+    case GgufValueType::u8: return GgufWriteValue::u8(static_cast<std::uint8_t>(v.bits));
+    case GgufValueType::i8: return GgufWriteValue::i8(static_cast<std::int8_t>(v.as_i64()));
+    case GgufValueType::u16: return GgufWriteValue::u16(static_cast<std::uint16_t>(v.bits));
+    case GgufValueType::i16: return GgufWriteValue::i16(static_cast<std::int16_t>(v.as_i64()));
+    case GgufValueType::u32: return GgufWriteValue::u32(static_cast<std::uint32_t>(v.bits));
+    case GgufValueType::i32: return GgufWriteValue::i32(static_cast<std::int32_t>(v.as_i64()));
+    case GgufValueType::u64: return GgufWriteValue::u64(v.bits);
+    case GgufValueType::i64: return GgufWriteValue::i64(v.as_i64());
+    case GgufValueType::f32: return GgufWriteValue::f32(static_cast<float>(v.as_f64()));
+    case GgufValueType::f64: return GgufWriteValue::f64(v.as_f64());
+    case GgufValueType::boolean: return GgufWriteValue::boolean(v.bits != 0);
+    case GgufValueType::string: return GgufWriteValue::string(v.str);
+    case GgufValueType::array: break;
+  }
+  if (gguf_scalar_bytes(v.elem_type) != 0) {
+    std::vector<GgufWriteValue> items;
+    items.reserve(static_cast<std::size_t>(v.count));
+    for (std::size_t i = 0; i < v.count; ++i) items.push_back(gguf_write_value(v.element(i)));
+    return GgufWriteValue::array(v.elem_type, items);
+  }
+  std::vector<GgufWriteValue> items;
+  items.reserve(v.items.size());
+  for (const auto& x : v.items) items.push_back(gguf_write_value(x));
+  return GgufWriteValue::array(v.elem_type, items);
+}
+
 /// Collects metadata and tensors, then writes a GGUF v3 file. Keys and tensor names must be unique;
 /// a tensor's byte count must match its type and dims (`value_error` / `shape_error` otherwise).
 class GgufWriter {

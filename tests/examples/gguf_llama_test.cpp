@@ -4,7 +4,11 @@
 // tokenizer encodes / decodes as tok512.bin; missing keys / tensors and bad shapes are named errors.
 #include <doctest/doctest.h>
 
+#include <bit>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -195,4 +199,63 @@ TEST_CASE("gguf llama: missing keys and tensors, wrong shapes and architectures 
   CHECK(message([&] { (void)load_gguf_llama(bad_q, gguf_llama_config(bad_q)); })
             .find("tensor \"blk.0.attn_q.weight\": expected ne = [8, 8] (from the llama.* hyper-parameters), found [8, 4]") !=
         std::string::npos);
+}
+
+TEST_CASE("gguf llama: stories260K rewritten by GgufWriter with F16 / BF16 matrices keeps their precision") {
+  const auto dir = barato::test::data_dir_or_skip(kStories);
+  if (dir.empty()) return;
+  const GgufFile src = GgufFile::open(dir / kStories);
+  const auto fp16_bits = [](float x) { return std::bit_cast<std::uint16_t>(barato::f16(x)); };
+  const auto bf16_bits = [](float x) { return std::bit_cast<std::uint16_t>(barato::bf16(x)); };
+  for (const GgmlType type : {GgmlType::f32, GgmlType::f16, GgmlType::bf16}) {
+    INFO("type " << ggml_type_name(static_cast<std::uint32_t>(type)));
+    GgufWriter w;
+    for (const auto& [key, v] : src.metadata()) w.add(std::string(key), gguf_write_value(v));
+    for (const auto& t : src.tensors()) {
+      if (t.ne.size() == 1 || type == GgmlType::f32) {  // norms stay F32 (as llama.cpp's converters write them)
+        w.add_tensor(std::string(t.name), static_cast<GgmlType>(t.type), t.ne, t.data);
+        continue;
+      }
+      const auto x = gguf_tensor_fp32(t);
+      std::vector<std::uint16_t> h(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) h[i] = type == GgmlType::f16 ? fp16_bits(x[i]) : bf16_bits(x[i]);
+      w.add_tensor(std::string(t.name), type, t.ne, std::as_bytes(std::span<const std::uint16_t>(h)));
+    }
+    const auto bytes = w.bytes();
+    const GgufFile f = GgufFile::from_bytes("rewritten.gguf", bytes);
+    // Metadata round trip: every key, type and payload as in the source.
+    REQUIRE(f.metadata().size() == src.metadata().size());
+    for (std::size_t i = 0; i < f.metadata().size(); ++i) {
+      const auto& [ka, va] = f.metadata()[i];
+      const auto& [kb, vb] = src.metadata()[i];
+      CHECK(ka == kb);
+      const GgufWriteValue wa = gguf_write_value(va), wb = gguf_write_value(vb);
+      const auto pa = wa.payload(), pb = wb.payload();
+      CHECK(wa.type() == wb.type());
+      CHECK(std::equal(pa.begin(), pa.end(), pb.begin(), pb.end()));
+    }
+    if (type == GgmlType::f32) {  // an F32 copy is llama.cpp's file byte for byte
+      std::ifstream in(dir / kStories, std::ios::binary);
+      std::vector<char> orig((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      CHECK(bytes.size() == orig.size());
+      std::size_t first_diff = 0;
+      while (first_diff < std::min(orig.size(), bytes.size()) && static_cast<char>(bytes[first_diff]) == orig[first_diff]) ++first_diff;
+      CHECK(first_diff == orig.size());
+      for (const auto& t : src.tensors()) {
+        const GgufTensor* c = f.tensor(t.name);
+        REQUIRE(c != nullptr);
+        CHECK(std::equal(c->data.begin(), c->data.end(), t.data.begin(), t.data.end()));
+      }
+    }
+    const LlamaConfig c = gguf_llama_config(f, 512);
+    const auto native = load_gguf_llama(f, c);
+    const auto fp32 = load_gguf_llama_fp32(f, c);
+    const bool half = type == GgmlType::f16, brain = type == GgmlType::bf16;
+    CHECK((native.layers[0].wq.target<barato::nn::Dense<barato::f16>>() != nullptr) == half);
+    CHECK((native.classifier.target<barato::nn::Dense<barato::bf16>>() != nullptr) == brain);
+    CHECK(native.linear_bytes() * (half || brain ? 2 : 1) == fp32.linear_bytes());
+    // The same values either way (F16 / BF16 widen exactly), so the same greedy path.
+    const auto prompt = gguf_tokenizer(f).encode("Once upon a time", true);
+    CHECK(greedy(native, prompt, 120) == greedy(fp32, prompt, 120));
+  }
 }
