@@ -4,15 +4,22 @@
 // misaligned / overlapping / out-of-file tensors, duplicates), each a format_error naming the offset.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "models/gguf.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/gguf_writer.hpp"
+#include "support/data.hpp"
 
 using namespace barato_examples;
 using V = GgufWriteValue;
@@ -191,6 +198,42 @@ TEST_CASE("gguf: a file truncated at any byte is a format_error, never a crash")
       CHECK_NOTHROW((void)GgufFile::from_bytes("t.gguf", cut));
     }
   }
+}
+
+TEST_CASE("gguf: llama.cpp's stories260K-f32.gguf truncated anywhere in its header and tables, or randomly corrupted") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-f32.gguf");
+  if (dir.empty()) return;
+  std::ifstream in(dir / "stories260K/stories260K-f32.gguf", std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> bytes(raw.size());
+  std::memcpy(bytes.data(), raw.data(), raw.size());
+  const GgufFile full = GgufFile::from_bytes("s.gguf", bytes);
+  CHECK(full.tensors().size() == 48);
+  CHECK(full.find("tokenizer.ggml.tokens")->items.size() == 512);
+  std::size_t errors = 0;
+  for (std::size_t n = 0; n < full.data_offset() + 64; ++n) {
+    try {
+      (void)GgufFile::from_bytes("s.gguf", std::vector<std::byte>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n)));
+    } catch (const barato::format_error&) {
+      ++errors;
+    }
+  }
+  CHECK(errors == full.data_offset() + 64);
+  // Random byte corruption of the header and tables: a parse or a format_error, nothing else.
+  std::mt19937 rng(14);
+  std::size_t parsed = 0, rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    auto b = bytes;
+    for (int k = 0; k < 3; ++k) b[rng() % full.data_offset()] = static_cast<std::byte>(rng() & 0xff);
+    try {
+      (void)GgufFile::from_bytes("s.gguf", std::move(b));
+      ++parsed;
+    } catch (const barato::format_error&) {
+      ++rejected;
+    }
+  }
+  CHECK(parsed + rejected == 3000);
+  CHECK(rejected > 0);
 }
 
 TEST_CASE("gguf: bad magic and versions") {
