@@ -313,10 +313,16 @@ template <class MakeLinear>
 /// The "▁" (U+2581) SentencePiece uses for a space, in UTF-8.
 inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
 
+/// SentencePiece token types of `tokenizer.ggml.token_type` (llama.cpp's values).
+enum class GgufTokenType : std::int32_t { normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
 /// The llama2.c-style tokenizer of a GGUF file's metadata (`tokenizer.ggml.model = "llama"`: tokens,
-/// scores; bos id 1 and eos id 2, which is what barato's Tokenizer encodes). "▁" in a piece becomes a
-/// space, as llama2.c's tokenizer files store it; byte pieces "<0xXX>" stay as they are. The
-/// encode / decode then equal llama2.c's for the same vocabulary. Throws `format_error`.
+/// scores, token_type; bos id 1 and eos id 2, which is what barato's Tokenizer encodes). "▁" in a
+/// piece becomes a space, as llama2.c's tokenizer files store it; byte pieces "<0xXX>" stay as they
+/// are and must sit at ids 3..258 (byte b = id b + 3, the Tokenizer's byte fallback). Unknown,
+/// control and unused tokens (`<unk>`, `<s>`, `</s>`) never come from text in SentencePiece: their
+/// score becomes `kNoMergeScore`, so no merge produces them. The encode / decode then equal
+/// llama2.c's for the same vocabulary. Throws `format_error`.
 [[nodiscard]] inline Tokenizer gguf_tokenizer(const GgufFile& f) {
   const std::string_view model = detail::gguf_string(f, "tokenizer.ggml.model");
   if (model != "llama")
@@ -338,6 +344,22 @@ inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
   if (const auto eos = detail::gguf_uint(f, "tokenizer.ggml.eos_token_id", &two); eos != static_cast<std::uint64_t>(kEos))
     throw barato::format_error(f.file(), f.find("tokenizer.ggml.eos_token_id")->offset,
                                "tokenizer.ggml.eos_token_id: expected 2 (llama2.c's), found " + std::to_string(eos));
+  const GgufValue* types = f.find("tokenizer.ggml.token_type");
+  if (types != nullptr && (types->type != GgufValueType::array || types->elem_type != GgufValueType::i32 ||
+                           types->count != tokens->count))
+    throw barato::format_error(f.file(), types->offset,
+                               "tokenizer.ggml.token_type: expected an array of " + std::to_string(tokens->count) + " i32");
+  if (tokens->items.size() < 259)
+    throw barato::format_error(f.file(), tokens->offset, "tokenizer.ggml.tokens: expected >= 259 tokens (3 special + 256 byte "
+                                                         "pieces), found " + std::to_string(tokens->items.size()));
+  for (std::size_t b = 0; b < 256; ++b) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string want = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+    const GgufValue& t = tokens->items[b + static_cast<std::size_t>(kByteFallbackOffset)];
+    if (t.str != want)
+      throw barato::format_error(f.file(), t.offset, "tokenizer.ggml.tokens[" + std::to_string(b + 3) + "]: expected the byte piece \"" +
+                                                         want + "\" (byte b at id b + 3), found \"" + std::string(t.str) + "\"");
+  }
   std::vector<std::string> pieces;
   std::vector<float> sc;
   pieces.reserve(tokens->items.size());
@@ -356,7 +378,9 @@ inline constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";
     }
     max_len = std::max(max_len, p.size());
     pieces.push_back(std::move(p));
-    sc.push_back(static_cast<float>(scores->element(i).as_f64()));
+    const auto type = types != nullptr ? static_cast<GgufTokenType>(types->element(i).as_i64()) : GgufTokenType::normal;
+    const bool from_text = type != GgufTokenType::unknown && type != GgufTokenType::control && type != GgufTokenType::unused;
+    sc.push_back(from_text ? static_cast<float>(scores->element(i).as_f64()) : kNoMergeScore);
   }
   try {
     return Tokenizer(std::move(pieces), std::move(sc), max_len);

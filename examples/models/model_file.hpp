@@ -93,7 +93,14 @@ class ModelFile {
   /// vocabulary, and for a llama2.c checkpoint the file `fallback`.
   [[nodiscard]] Tokenizer tokenizer(const std::string& path, const std::filesystem::path& fallback) const {
     if (!path.empty()) return load_tokenizer(path, config_.vocab_size);
-    if (gguf_) return gguf_tokenizer(*gguf_);
+    if (gguf_) {
+      Tokenizer t = gguf_tokenizer(*gguf_);
+      if (t.vocab_size() != config_.vocab_size)
+        throw barato::format_error(path_.string(), gguf_->find("tokenizer.ggml.tokens")->offset,
+                                   "tokenizer.ggml.tokens: expected " + std::to_string(config_.vocab_size) +
+                                       " tokens (the rows of token_embd.weight), found " + std::to_string(t.vocab_size()));
+      return t;
+    }
     return load_tokenizer(fallback, config_.vocab_size);
   }
 

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -131,7 +132,10 @@ TEST_CASE("gguf llama: the GGUF tokenizer equals tok512.bin (pieces, scores, enc
   REQUIRE(g.vocab_size() == t.vocab_size());
   std::size_t differing = 0;
   for (Token i = 0; i < static_cast<Token>(t.vocab_size()); ++i) {
-    if (i == kBos || i == kEos) continue;  // GGUF "<s>" / "</s>" vs tok512's "\n<s>\n" / "\n</s>\n"
+    if (i <= kEos) {  // <unk>, <s>, </s>: never made by merges (and GGUF's "<s>" is tok512's "\n<s>\n")
+      CHECK(g.score(i) == kNoMergeScore);
+      continue;
+    }
     if (g.piece(i) != t.piece(i)) ++differing;
     CHECK(g.score(i) == t.score(i));
   }
@@ -258,4 +262,42 @@ TEST_CASE("gguf llama: stories260K rewritten by GgufWriter with F16 / BF16 matri
     const auto prompt = gguf_tokenizer(f).encode("Once upon a time", true);
     CHECK(greedy(native, prompt, 120) == greedy(fp32, prompt, 120));
   }
+}
+
+TEST_CASE("gguf llama: tokenizer metadata errors are named") {
+  const auto make = [](const char* model, bool swap_bytes, std::size_t n_scores, std::int32_t bos) {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+      tokens.emplace_back(buf);
+    }
+    tokens.insert(tokens.end(), {"\xE2\x96\x81", "a", "\xE2\x96\x81" "a"});
+    if (swap_bytes) std::swap(tokens[3], tokens[4]);
+    std::vector<float> scores(n_scores, 0.0f);
+    std::vector<std::int32_t> types(tokens.size(), 1);
+    types[0] = 2, types[1] = types[2] = 3;
+    GgufWriter w;
+    w.add("tokenizer.ggml.model", GgufWriteValue::string(model)).add("tokenizer.ggml.tokens", GgufWriteValue::strings(tokens));
+    w.add("tokenizer.ggml.scores", GgufWriteValue::numbers<float>(GgufValueType::f32, scores));
+    w.add("tokenizer.ggml.token_type", GgufWriteValue::numbers<std::int32_t>(GgufValueType::i32, types));
+    w.add("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(bos)));
+    return GgufFile::from_bytes("tok.gguf", w.bytes());
+  };
+  const auto message = [](const GgufFile& f) -> std::string {
+    try {
+      (void)gguf_tokenizer(f);
+    } catch (const barato::format_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const GgufFile ok = make("llama", false, 262, 1);
+  const Tokenizer t = gguf_tokenizer(ok);
+  CHECK(t.piece(259) == " ");
+  CHECK(t.encode("a a", true) == std::vector<Token>{1, 261, 261});  // " a" " a" (dummy prefix)
+  CHECK(message(make("gpt2", false, 262, 1)).find("tokenizer.ggml.model: expected \"llama\"") != std::string::npos);
+  CHECK(message(make("llama", true, 262, 1)).find("tokenizer.ggml.tokens[3]: expected the byte piece \"<0x00>\"") != std::string::npos);
+  CHECK(message(make("llama", false, 261, 1)).find("tokenizer.ggml.scores: expected an array of 262 f32") != std::string::npos);
+  CHECK(message(make("llama", false, 262, 5)).find("bos_token_id: expected 1") != std::string::npos);
 }
