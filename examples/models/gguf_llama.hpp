@@ -5,7 +5,8 @@
 /// Hyper-parameters come from the `llama.*` keys (context_length, embedding_length, block_count,
 /// feed_forward_length, attention.head_count, attention.head_count_kv (default: head_count),
 /// attention.layer_norm_rms_epsilon, rope.freq_base (default 10000, as llama.cpp), rope.dimension_count
-/// (default: the head size; partial rotary embeddings are not supported)). Tensors come by name:
+/// (default: the head size; partial rotary embeddings are not supported)); RoPE scaling
+/// (`llama.rope.scaling.type` other than "none", a `rope_freqs` tensor) is an error, not ignored. Tensors come by name:
 /// token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
 /// ffn_down}, output_norm and output (absent: tied to token_embd), all `.weight`. GGUF lists dims
 /// fastest-varying first, so a matrix [rows, cols] has ne = {cols, rows}.
@@ -238,6 +239,12 @@ inline const GgufTensor& gguf_tensor(const GgufFile& f, const std::string& name,
   if (const auto r = detail::gguf_uint(f, "llama.rope.dimension_count", &head); r != head)
     bad("llama.rope.dimension_count", "expected the head size " + std::to_string(head) +
                                           " (partial rotary embeddings are not supported), found " + std::to_string(r));
+  if (const GgufValue* sc = f.find("llama.rope.scaling.type"); sc != nullptr && !(sc->type == GgufValueType::string && sc->str == "none"))
+    bad("llama.rope.scaling.type", "expected absent or \"none\" (RoPE scaling is not supported), found " +
+                                       (sc->type == GgufValueType::string ? "\"" + std::string(sc->str) + "\"" : std::string("a non-string")));
+  if (const GgufTensor* rf = f.tensor("rope_freqs.weight"))
+    throw barato::format_error(f.file(), rf->info_offset, "tensor \"rope_freqs.weight\": per-dimension RoPE frequency factors "
+                                                          "(Llama 3.1-style scaling) are not supported");
   if (!(eps > 0.0)) bad("llama.attention.layer_norm_rms_epsilon", "expected > 0, found " + std::to_string(eps));
   if (!(base > 0.0)) bad("llama.rope.freq_base", "expected > 0, found " + std::to_string(base));
   const GgufTensor* emb = f.tensor("token_embd.weight");

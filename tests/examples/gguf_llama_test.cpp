@@ -192,6 +192,14 @@ TEST_CASE("gguf llama: missing keys and tensors, wrong shapes and architectures 
     const auto w = load_gguf_llama(ok, c);
     CHECK(w.classifier.rows() == 16);
   }
+  {  // RoPE scaling is refused, not ignored
+    GgufWriter w;
+    const GgufFile ok = base(1, 8, "llama", true);
+    for (const auto& [key, v] : ok.metadata()) w.add(std::string(key), gguf_write_value(v));
+    w.add("llama.rope.scaling.type", GgufWriteValue::string("linear"));
+    const GgufFile scaled = GgufFile::from_bytes("m.gguf", w.bytes());
+    CHECK(message([&] { (void)gguf_llama_config(scaled); }).find("RoPE scaling is not supported") != std::string::npos);
+  }
   const GgufFile no_eps = base(1, 8, "llama", false);
   CHECK(message([&] { (void)gguf_llama_config(no_eps); }).find("\"llama.attention.layer_norm_rms_epsilon\": missing") != std::string::npos);
   const GgufFile qwen = base(1, 8, "qwen2", true);
