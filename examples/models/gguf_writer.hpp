@@ -149,7 +149,7 @@ class GgufWriter {
  public:
   /// Adds metadata `key` = `value`. `general.alignment` must be a u32 power of two.
   GgufWriter& add(std::string key, GgufWriteValue value) {
-    barato::require<barato::value_error>(keys_.insert(key).second, "GgufWriter: duplicate key \"", key, "\"");
+    barato::require<barato::value_error>(!keys_.contains(key), "GgufWriter: duplicate key \"", key, "\"");
     if (key == "general.alignment") {
       std::uint32_t a = 0;
       barato::require<barato::value_error>(value.type() == GgufValueType::u32, "GgufWriter: general.alignment must be u32");
@@ -157,6 +157,7 @@ class GgufWriter {
       barato::require<barato::value_error>(a != 0 && (a & (a - 1)) == 0, "GgufWriter: general.alignment must be a power of two, got ", a);
       alignment_ = a;
     }
+    keys_.insert(key);  // only once the value is accepted
     kv_.emplace_back(std::move(key), std::move(value));
     return *this;
   }
@@ -164,17 +165,19 @@ class GgufWriter {
   /// Adds a tensor of ggml type `type` with dims `ne` (ne0 = fastest-varying first, 1–4 dims) and
   /// its bytes (copied).
   GgufWriter& add_tensor(std::string name, GgmlType type, std::vector<std::uint64_t> ne, std::span<const std::byte> data) {
-    barato::require<barato::value_error>(names_.insert(name).second, "GgufWriter: duplicate tensor \"", name, "\"");
+    barato::require<barato::value_error>(!names_.contains(name), "GgufWriter: duplicate tensor \"", name, "\"");
     barato::require(!ne.empty() && ne.size() <= kGgufMaxDims, "GgufWriter: tensor \"", name, "\" has ", ne.size(),
                     " dims, expected 1..4");
     GgmlTypeTraits tr;
-    (void)ggml_type_traits(static_cast<std::uint32_t>(type), tr);
+    barato::require<barato::value_error>(ggml_type_traits(static_cast<std::uint32_t>(type), tr), "GgufWriter: tensor \"", name,
+                                         "\" has ggml type ", static_cast<std::uint32_t>(type), ", not one of F32, F16, BF16, Q8_0, Q4_0");
     std::uint64_t n = 1;
     for (const auto d : ne) n *= d;
     barato::require(ne[0] % tr.block == 0, "GgufWriter: tensor \"", name, "\" ne0 = ", ne[0], " is not a multiple of ", tr.block);
     const std::uint64_t bytes = n / tr.block * tr.block_bytes;
     barato::require(data.size() == bytes, "GgufWriter: tensor \"", name, "\" of type ", ggml_type_name(static_cast<std::uint32_t>(type)),
                     " needs ", bytes, " bytes, got ", data.size());
+    names_.insert(name);  // only once the tensor is accepted
     tensors_.push_back(Tensor{std::move(name), type, std::move(ne), std::vector<std::byte>(data.begin(), data.end())});
     return *this;
   }

@@ -358,6 +358,11 @@ TEST_CASE("gguf writer: rejects bad descriptions") {
   CHECK_THROWS_AS(w.add_tensor_f32("u", {4}, x), barato::shape_error);
   CHECK_THROWS_AS(w.add_tensor_f32("v", {1, 1, 1, 1, 8}, x), barato::shape_error);
   CHECK_THROWS_AS((void)V::array(T::u8, {V::u16(1)}), barato::value_error);
+  CHECK_THROWS_AS(w.add_tensor("q", static_cast<GgmlType>(12), {8}, std::as_bytes(std::span<const float>(x))), barato::value_error);
+  CHECK_THROWS_AS(w.add_tensor("q", GgmlType::q8_0, {8}, std::as_bytes(std::span<const float>(x))), barato::shape_error);
+  // A rejected tensor or key leaves no trace: the name can be used again.
+  CHECK_NOTHROW(w.add_tensor_f32("q", {8}, x));
+  CHECK_NOTHROW(w.add("general.alignment", V::u32(64)));
 }
 
 TEST_CASE("gguf: is_gguf_file reads the magic, not the extension") {
