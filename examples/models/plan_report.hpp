@@ -20,6 +20,8 @@
 #include "barato/plan/plan.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
+#include "models/gguf.hpp"
+#include "models/gguf_llama.hpp"
 #include "models/llama2c.hpp"
 
 namespace barato_examples {
@@ -45,9 +47,22 @@ namespace barato_examples {
           .hidden_dim = L.hidden_dim};
 }
 
+/// The shape of a model file: GGUF (by its magic; `llama.*` metadata and tensor dims, weights not
+/// converted) or a llama2.c checkpoint (`llama2c_shape`).
+[[nodiscard]] inline barato::plan::ModelShape model_file_shape(const std::filesystem::path& path) {
+  if (!is_gguf_file(path)) return llama2c_shape(path);
+  const GgufFile f = GgufFile::open(path);
+  const LlamaConfig c = gguf_llama_config(f);
+  return {.name = path.filename().string(),
+          .parameters = barato::plan::llama_parameter_count(c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+                                                            c.head_dim, c.vocab_size, c.shared_classifier),
+          .layers = c.n_layers, .q_heads = c.n_heads, .kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+          .vocab = c.vocab_size, .dim = c.dim, .hidden_dim = c.hidden_dim};
+}
+
 /// `barato_plan`'s options as given on the command line.
 struct PlanOptions {
-  std::string model;              ///< llama2.c checkpoint (overrides shape)
+  std::string model;              ///< llama2.c checkpoint or GGUF file (overrides shape)
   std::string shape = "7b";       ///< named shape
   std::string budget = "16GiB";   ///< memory budget
   std::string reserve = "1.5GiB"; ///< runtime reserve
@@ -75,7 +90,7 @@ struct PlanPair {
   try {
     if (o.users == 0) throw CliError("--users must be >= 1, got 0");
     if (o.context == 0) throw CliError("--context must be >= 1, got 0");
-    PlanInput in{.shape = o.model.empty() ? named_shape(o.shape) : llama2c_shape(o.model),
+    PlanInput in{.shape = o.model.empty() ? named_shape(o.shape) : model_file_shape(o.model),
                  .weights = parse_weight_format(o.weights), .kv = parse_kv_format(o.kv), .budget = parse_bytes(o.budget),
                  .reserve = parse_bytes(o.reserve), .refine = {}};
     const Plan plain(in);

@@ -42,6 +42,7 @@
 #include "models/json.hpp"
 #include "models/llama.hpp"
 #include "models/llama_batch.hpp"
+#include "models/model_file.hpp"
 #include "models/requests.hpp"
 #include "models/tokenizer.hpp"
 #include "models/weight_formats.hpp"
@@ -60,7 +61,8 @@ fs::path data_dir() {
 
 struct Args {
   std::string model = (data_dir() / "stories260K/stories260K.bin").string();
-  std::string tokenizer = (data_dir() / "stories260K/tok512.bin").string();
+  std::string tokenizer;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin
+  std::size_t context = 0;  // 0: the model file's context
   std::string requests;
   std::string policy = "continuous";
   std::size_t slots = 8;
@@ -68,7 +70,7 @@ struct Args {
   std::size_t prefill_chunk = 64;
   std::string kv = "paged:16";
   std::size_t pool_tokens = 0;  // 0 = slots × context
-  std::string weights = "fp32";
+  std::string weights = "file";
   int threads = 1;
   bool cascade = false;
   std::string summary_json;
@@ -83,11 +85,12 @@ void add_flags(Cli& cli, Args& a) {
       .option("--kv", a.kv, "POLICY", "paged[:B] | paged-int8[:B] | paged-int4[:B] | paged-k8v4[:B] | contiguous")
       .option("--pool-tokens", a.pool_tokens, "N", "paged pool capacity in tokens (small values force preemption);\n"
                                                    "default slots × context")
-      .option("--weights", a.weights, "W", "fp32 | int8-tensor | int8-row | int4-tensor | int4-row | int4-g128 | nf4")
+      .option("--weights", a.weights, "W", kModelWeightsHelp)
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--cascade", a.cascade, "shared-prefix (cascade) attention for decodes that share pages (paged pools)")
-      .option("--model", a.model, "FILE", "llama2.c checkpoint")
-      .option("--tokenizer", a.tokenizer, "FILE", "llama2.c tokenizer file")
+      .option("--model", a.model, "FILE", "llama2.c checkpoint or GGUF file (told apart by the magic)")
+      .option("--tokenizer", a.tokenizer, "FILE", "llama2.c tokenizer file (default: a GGUF file's own vocabulary, else tok512.bin)")
+      .option("--context", a.context, "N", "model context in positions (0: the file's; GGUF llama.context_length)")
       .option("--summary-json", a.summary_json, "FILE", "also write the summary as one JSON object to FILE");
   cli.epilog("Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
              "Exit status: 0 ok, 1 runtime error, 2 usage error (malformed flags or request file).");
@@ -285,7 +288,7 @@ int tool_main(int argc, const char* const* argv) {
   if (args.prefill_chunk < 1) throw CliError("--prefill-chunk must be >= 1");
   if (args.policy != "static" && args.policy != "continuous") throw CliError("--policy: expected static or continuous, got '" + args.policy + "'");
   (void)block_of(args.kv);
-  if (args.weights != "fp32") {
+  if (args.weights != "fp32" && args.weights != "file") {
     try {
       (void)weight_scheme(args.weights);
     } catch (const barato::value_error& e) {
@@ -300,24 +303,25 @@ int tool_main(int argc, const char* const* argv) {
   }
 
   barato::CountingResource mem;
-  const LlamaWeights<barato::nn::DenseLinear> dense = load_llama2c(args.model, &mem);
-  const Tokenizer tok = load_tokenizer(args.tokenizer, dense.config.vocab_size);
-  const std::size_t context = dense.config.seq_len;
+  const ModelFile model = ModelFile::open(args.model, args.context);
+  const LlamaConfig& config = model.config();
+  const Tokenizer tok = model.tokenizer(args.tokenizer, data_dir() / "stories260K/tok512.bin");
+  const std::size_t context = config.seq_len;
   std::vector<Prepared> reqs;
   for (auto& s : specs) {
     Prepared p{s, {}, {}};
     if (s.prompt) p.prompt = tok.encode(*s.prompt, true);
     else p.prompt = *s.prompt_ids;
     for (const barato::Token t : p.prompt)
-      if (static_cast<std::size_t>(t) >= dense.config.vocab_size)
-        p.error = "prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(dense.config.vocab_size) + ")";
+      if (static_cast<std::size_t>(t) >= config.vocab_size)
+        p.error = "prompt token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")";
     if (p.error.empty() && p.prompt.size() > context)
       p.error = "the prompt's " + std::to_string(p.prompt.size()) + " tokens do not fit the model's context of " +
                 std::to_string(context) + " positions";
     reqs.push_back(std::move(p));
   }
   const Run run{args, tok, reqs, context};
-  return with_weight_format(args.weights, dense, &mem, [&](const auto& w) { return with_policy(run, w); });
+  return with_model_weights(model, args.weights, &mem, [&](const auto& w) { return with_policy(run, w); });
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "models/json.hpp"
 #include "models/kv_policies.hpp"
 #include "models/llama.hpp"
+#include "models/model_file.hpp"
 #include "models/speculative.hpp"
 #include "models/tokenizer.hpp"
 #include "models/weight_formats.hpp"
@@ -42,7 +43,8 @@ fs::path data_dir() {
 
 struct Args {
   std::string model = (data_dir() / "stories260K/stories260K.bin").string();
-  std::string tokenizer = (data_dir() / "stories260K/tok512.bin").string();
+  std::string tokenizer;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin (ModelFile::tokenizer)
+  std::size_t context = 0;  // 0: the model file's context
   std::string prompt;
   std::size_t steps = 256;
   float temperature = 0.0f;
@@ -53,12 +55,13 @@ struct Args {
   std::string kv = "contiguous";  // cache policy name, see dispatch_cache
   std::string draft;              // speculative decoding drafter (empty: plain decoding)
   std::size_t gamma = 4;          // drafts per verify pass
-  std::string weights = "fp32";   // weight format of the projections, see "Weight format"
+  std::string weights = "file";   // weight format of the projections, see "Weight format"
 };
 
 void add_flags(Cli& cli, Args& a) {
-  cli.option("--model", a.model, "FILE", "llama2.c checkpoint")
-      .option("--tokenizer", a.tokenizer, "FILE", "llama2.c tokenizer file")
+  cli.option("--model", a.model, "FILE", "llama2.c checkpoint or GGUF file (told apart by the magic)")
+      .option("--tokenizer", a.tokenizer, "FILE", "llama2.c tokenizer file (default: a GGUF file's own vocabulary, else tok512.bin)")
+      .option("--context", a.context, "N", "model context in positions (0: the file's; GGUF llama.context_length)")
       .option("--prompt", a.prompt, "TEXT", "prompt text (BOS and the dummy prefix are added as run.c does)")
       .option("--steps", a.steps, "N", "total positions including the prompt, like run.c -n (0 or > seq_len: seq_len)")
       .option("--temperature", a.temperature, "T", "sampling temperature; 0 = greedy")
@@ -69,9 +72,7 @@ void add_flags(Cli& cli, Args& a) {
       .option("--kv", a.kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
       .option("--draft", a.draft, "D", "speculative decoding drafter: int8 | int4-g128 | nf4 | ngram[:N] (default: none)")
       .option("--gamma", a.gamma, "G", "drafts per speculative verify pass")
-      .option("--weights", a.weights, "W",
-              "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
-              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)");
+      .option("--weights", a.weights, "W", kModelWeightsHelp);
   cli.epilog(
       "Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
       "--json fields: prompt_ids, generated_ids, text, prefill_ms, decode_ms_per_token, kv_cache_bytes\n"
@@ -82,6 +83,7 @@ void add_flags(Cli& cli, Args& a) {
 /// Everything `run` needs besides the weights and caches.
 struct Context {
   const Args& args;
+  const ModelFile& file;
   const Tokenizer& tok;
   const std::vector<Token>& prompt_ids;
   barato::CountingResource& mem;
@@ -98,10 +100,13 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
   const GenerateOptions gopt{.steps = cx.steps, .temperature = cx.args.temperature, .seed = cx.args.seed,
                              .use_cache = !cx.args.no_cache};
   SpecReport spec;  // --draft: speculative decoding (models/speculative.hpp), same output as plain greedy
-  const GenerateResult g =
-      cx.args.draft.empty() ? generate(model, cx.prompt_ids, gopt, logits.span())
-                            : generate_speculative(model, fs::path(cx.args.model), parse_draft(cx.args.draft), cx.prompt_ids,
-                                                   gopt, cx.args.gamma, cx.args.threads, &spec);
+  const auto speculative = [&] {  // a quantized drafter is made from the fp32 weights of the model file
+    const DraftChoice choice = parse_draft(cx.args.draft);
+    if (choice.ngram)
+      return generate_speculative(model, fs::path(cx.args.model), choice, cx.prompt_ids, gopt, cx.args.gamma, cx.args.threads, &spec);
+    return generate_speculative(model, cx.file.fp32_weights(), choice, cx.prompt_ids, gopt, cx.args.gamma, cx.args.threads, &spec);
+  };
+  const GenerateResult g = cx.args.draft.empty() ? generate(model, cx.prompt_ids, gopt, logits.span()) : speculative();
   if (!cx.args.draft.empty()) print_spec_report(stderr, cx.args.draft, cx.args.gamma, spec);
 
   // ---- Output -----------------------------------------------------------------------------------
@@ -158,17 +163,16 @@ int tool_main(int argc, const char* const* argv) {
 
   barato::CountingResource mem;
   // ---- Weight format ------------------------------------------------------------------------------
-  // fp32 dense projections. Another format: convert_weights(dense, make_linear) and call
-  // dispatch_cache with the result (e.g. nn::AnyLinear to choose at run time).
-  const LlamaWeights<barato::nn::DenseLinear> dense = load_llama2c(args.model, &mem);
-  const Tokenizer tok = load_tokenizer(args.tokenizer, dense.config.vocab_size);
+  // The model file (llama2.c or GGUF, models/model_file.hpp); --weights picks the projections' format
+  // at run time (the file's, fp32, or quantized: nn::AnyLinear; models/weight_formats.hpp).
+  const ModelFile model = ModelFile::open(args.model, args.context);
+  const Tokenizer tok = model.tokenizer(args.tokenizer, data_dir() / "stories260K/tok512.bin");
   const std::vector<Token> prompt_ids = tok.encode(args.prompt, true);
   std::size_t steps = args.steps;
-  if (steps == 0 || steps > dense.config.seq_len) steps = dense.config.seq_len;  // as run.c
-  const Context cx{args, tok, prompt_ids, mem, steps};
-  // --weights: quantized projections, chosen at run time (nn::AnyLinear; models/weight_formats.hpp)
+  if (steps == 0 || steps > model.config().seq_len) steps = model.config().seq_len;  // as run.c
+  const Context cx{args, model, tok, prompt_ids, mem, steps};
   try {
-    return with_weight_format(args.weights, dense, &mem, [&](const auto& w) { return dispatch_cache(cx, w); });
+    return with_model_weights(model, args.weights, &mem, [&](const auto& w) { return dispatch_cache(cx, w); });
   } catch (const barato::value_error& e) {
     if (std::string_view(e.what()).starts_with("--weights")) throw CliError(e.what());
     throw;

@@ -23,6 +23,7 @@
 #include "models/kl_divergence.hpp"
 #include "models/kv_policies.hpp"
 #include "models/llama.hpp"
+#include "models/model_file.hpp"
 #include "models/perplexity.hpp"
 #include "models/tokenizer.hpp"
 
@@ -57,22 +58,22 @@ constexpr const char* kProtocol =
 
 int tool_main(int argc, const char* const* argv) {
   std::string model_path = (data_dir() / "stories260K/stories260K.bin").string();
-  std::string tok_path = (data_dir() / "stories260K/tok512.bin").string();
+  std::string tok_path;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin
+  std::size_t context = 0;
   std::string text_path;
   int threads = 1;
   bool json = false, quiet = false, kld = false;
   std::size_t max_tokens = 0;
-  std::string weights = "fp32";
+  std::string weights = "file";
   std::string kv = "contiguous";
   Cli cli("barato_perplexity", "Perplexity of a llama2.c checkpoint over a text file.");
-  cli.option("--model", model_path, "FILE", "llama2.c checkpoint")
-      .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file")
+  cli.option("--model", model_path, "FILE", "llama2.c checkpoint or GGUF file (told apart by the magic)")
+      .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file (default: a GGUF file's own vocabulary, else tok512.bin)")
+      .option("--context", context, "N", "model context in positions (0: the file's; GGUF llama.context_length)")
       .option("--text", text_path, "FILE", "text file to score (required)")
       .option("--threads", threads, "N", "threads for matrix products and attention")
       .option("--max-tokens", max_tokens, "N", "score only the first N tokens (0 = all)")
-      .option("--weights", weights, "W",
-              "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
-              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
+      .option("--weights", weights, "W", kModelWeightsHelp)
       .option("--kv", kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
       .flag("--kl-divergence", kld, "compare with the fp32 model (contiguous cache): KLD, same top-1, delta PPL")
       .flag("--json", json, "print one JSON object")
@@ -82,7 +83,7 @@ int tool_main(int argc, const char* const* argv) {
   if (!cli.parse(argc, argv)) return 0;
   if (text_path.empty()) throw CliError("--text FILE is required");
   if (threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(threads));
-  if (weights != "fp32") {
+  if (weights != "fp32" && weights != "file") {
     try {
       (void)barato::quant::parse_scheme(weights);
     } catch (const barato::value_error& e) {
@@ -91,9 +92,11 @@ int tool_main(int argc, const char* const* argv) {
   }
 
   // --weights: every projection (and the classifier) in the chosen format, held as nn::AnyLinear.
-  const auto dense = load_llama2c(model_path);
-  const auto w = convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
-    if (weights == "fp32") return barato::nn::AnyLinear(d.copy());
+  const ModelFile model = ModelFile::open(model_path, context);
+  const auto dense = model.fp32_weights();
+  const bool file_precision = weights == "file" && model.is_gguf();  // --weights file: the GGUF file's own formats
+  const auto w = file_precision ? model.gguf_weights() : convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
+    if (weights == "fp32" || weights == "file") return barato::nn::AnyLinear(d.copy());
     return barato::quant::visit_scheme(barato::quant::parse_scheme(weights), [&](auto f) {
       return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights()));
     });
@@ -101,7 +104,7 @@ int tool_main(int argc, const char* const* argv) {
   // --kl-divergence: the reference, fp32 weights (and below a contiguous fp32 cache).
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
   if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
-  const Tokenizer tok = load_tokenizer(tok_path, w.config.vocab_size);
+  const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
   std::ifstream in(text_path, std::ios::binary);
   if (!in) throw barato::io_error(text_path + ": cannot open text file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -26,7 +26,7 @@ int tool_main(int argc, const char* const* argv) {
   bool json = false, search = false;
   std::string quality;
   Cli cli("barato_plan", "Memory plan: weights, KV bytes per token, max tokens, users and context in a budget.");
-  cli.option("--model", o.model, "FILE", "llama2.c checkpoint (its header gives the shape; overrides --shape)")
+  cli.option("--model", o.model, "FILE", "llama2.c checkpoint or GGUF file (its header / metadata gives the shape; overrides --shape)")
       .option("--shape", o.shape, "NAME", "named shape: 7b | 13b | 70b | qwen2.5-0.5b")
       .option("--budget", o.budget, "SIZE", "memory budget")
       .option("--reserve", o.reserve, "SIZE", "runtime reserve")

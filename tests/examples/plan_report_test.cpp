@@ -219,3 +219,19 @@ TEST_CASE("plan: the example model over a paged pool of the planned blocks — b
     CHECK(pool.free_blocks() == 0);
   }
 }
+
+TEST_CASE("plan report: the shape of a GGUF file from its metadata (told apart by the magic)") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-f32.gguf");
+  if (dir.empty()) return;
+  const ModelShape g = model_file_shape(dir / "stories260K/stories260K-f32.gguf");
+  const ModelShape b = model_file_shape(dir / "stories260K/stories260K.bin");
+  CHECK(g.layers == b.layers);
+  CHECK(g.q_heads == b.q_heads);
+  CHECK(g.kv_heads == b.kv_heads);
+  CHECK(g.head_dim == b.head_dim);
+  CHECK(g.vocab == b.vocab);
+  CHECK(g.dim == b.dim);
+  CHECK(g.hidden_dim == b.hidden_dim);
+  // The GGUF conversion stores the classifier untied: vocab x dim more parameters than the tied checkpoint.
+  CHECK(g.parameters == b.parameters + double(b.vocab * b.dim));
+}

@@ -110,7 +110,7 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
 
   const std::string base = "--requests " + (dir / "reqs.jsonl").string() + " --model " + (data / "stories260K/stories260K.bin").string() +
                            " --tokenizer " + (data / "stories260K/tok512.bin").string();
-  const std::vector<std::string> configs = {
+  std::vector<std::string> configs = {
       "--policy continuous --slots 4 --token-budget 64 --prefill-chunk 16",
       "--policy static --slots 3",
       "--policy continuous --slots 1 --token-budget 8 --prefill-chunk 8",
@@ -120,6 +120,11 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
       "--policy continuous --slots 3 --kv contiguous",
       "--policy continuous --slots 6 --cascade",  // the shared-prefix requests decode through cascades
   };
+  // llama.cpp's GGUF conversion of the same model, its own vocabulary (empty --tokenizer) and the
+  // trained context (the file declares 128): the same ids.
+  if (fs::exists(data / "stories260K/stories260K-f32.gguf"))
+    configs.push_back("--model " + (data / "stories260K/stories260K-f32.gguf").string() +
+                      " --tokenizer= --context 512 --policy continuous --slots 4 --token-budget 64 --prefill-chunk 16");
   std::map<std::string, std::string> first;  // id → generated_ids under the first config
   std::size_t preempted_runs = 0, hit_runs = 0;
   for (const auto& c : configs) {

@@ -107,3 +107,31 @@ TEST_CASE("barato_perplexity: bad flags exit 2") {
   CHECK(run_tool("--kl-divergence --weights int9 --text x").status == 2);
   CHECK(run_tool("--kl-divergence --kv nope --text /dev/null").status == 2);
 }
+
+TEST_CASE("barato_perplexity --model X.gguf: the GGUF conversion scores as the llama2.c checkpoint") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-f32.gguf");
+  if (dir.empty() || barato::test::data_dir_or_skip("text/tinystories-valid-sample.txt").empty()) return;
+  const std::string base = "--quiet --json --max-tokens 700 --text " + (dir / "text/tinystories-valid-sample.txt").string();
+  const Result bin = run_tool(base + " --model " + (dir / "stories260K/stories260K.bin").string());
+  REQUIRE(bin.status == 0);
+  // No --tokenizer: the GGUF file's own vocabulary; --context 512 as the model was trained.
+  const Result gguf = run_tool(base + " --context 512 --model " + (dir / "stories260K/stories260K-f32.gguf").string());
+  INFO(gguf.err);
+  REQUIRE(gguf.status == 0);
+  CHECK(field(gguf.out, "perplexity") == field(bin.out, "perplexity"));
+  CHECK(number(gguf.out, "windows") == number(bin.out, "windows"));
+  // Without --context the file's llama.context_length (128) sets the window: more, shorter windows.
+  const Result short_ctx = run_tool(base + " --model " + (dir / "stories260K/stories260K-f32.gguf").string());
+  REQUIRE(short_ctx.status == 0);
+  CHECK(number(short_ctx.out, "windows") > number(bin.out, "windows"));
+  // A Q4_0 file: --weights file (dequantized for now) and --weights fp32 agree; re-quantizing is accepted.
+  const std::string q4 = base + " --context 512 --model " + (dir / "stories260K/stories260K-h192-q4_0.gguf").string();
+  const Result file = run_tool(q4);
+  const Result fp32 = run_tool(q4 + " --weights fp32");
+  REQUIRE(file.status == 0);
+  REQUIRE(fp32.status == 0);
+  CHECK(field(file.out, "perplexity") == field(fp32.out, "perplexity"));
+  CHECK(field(file.out, "perplexity") != field(bin.out, "perplexity"));
+  CHECK(run_tool(q4 + " --weights int8-row").status == 0);
+  CHECK(run_tool(q4 + " --weights int9").status == 2);
+}

@@ -1,0 +1,131 @@
+#pragma once
+/// \file
+/// The model file of the example tools (`--model`, `--tokenizer`, `--context`, `--weights`): a
+/// llama2.c checkpoint or a GGUF file, told apart by the file's magic ("GGUF"), not its extension.
+///
+/// ```cpp
+/// const ModelFile m = ModelFile::open(args.model, args.context);       // context 0: the file's
+/// const Tokenizer tok = m.tokenizer(args.tokenizer, default_tok512);   // GGUF: its own vocabulary
+/// with_model_weights(m, args.weights, &mem, [&](const auto& w) { ... });
+/// ```
+/// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c; for GGUF,
+/// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 (for now) dequantized exactly
+/// (models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
+/// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp).
+
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <memory_resource>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "barato/core/error.hpp"
+#include "barato/nn/any_linear.hpp"
+#include "barato/nn/dense.hpp"
+#include "models/gguf.hpp"
+#include "models/gguf_llama.hpp"
+#include "models/llama_weights.hpp"
+#include "models/llama2c.hpp"
+#include "models/tokenizer.hpp"
+#include "models/weight_formats.hpp"
+
+namespace barato_examples {
+
+/// The validated layout of a llama2.c checkpoint from its header and file size (weights not read).
+/// `io_error` / `format_error` as `read_llama2c`.
+[[nodiscard]] inline Llama2cLayout read_llama2c_layout(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
+  Llama2cHeader h;
+  in.read(reinterpret_cast<char*>(&h), sizeof(h));
+  if (in.gcount() != static_cast<std::streamsize>(sizeof(h)))
+    throw barato::format_error(file, static_cast<std::size_t>(in.gcount()), "truncated header: expected 28 bytes (7 int32)");
+  const Llama2cLayout L = llama2c_layout(h, file);
+  const auto size = static_cast<std::size_t>(std::filesystem::file_size(path));
+  if (size != L.file_bytes())
+    throw barato::format_error(file, size, "the header implies a file of " + std::to_string(L.file_bytes()) +
+                                               " bytes, found " + std::to_string(size));
+  return L;
+}
+
+/// A model file opened for the tools: its config (context override applied) and, for GGUF, the
+/// mapped file the weights and vocabulary are read from.
+class ModelFile {
+ public:
+  /// Opens `path` (GGUF when it starts with "GGUF", else a llama2.c checkpoint). `context` > 0
+  /// overrides the model's context (GGUF `llama.context_length`, llama2.c seq_len).
+  [[nodiscard]] static ModelFile open(const std::filesystem::path& path, std::size_t context = 0) {
+    ModelFile m;
+    m.path_ = path;
+    m.context_ = context;
+    if (is_gguf_file(path)) {
+      m.gguf_.emplace(GgufFile::open(path));
+      m.config_ = gguf_llama_config(*m.gguf_, context);
+    } else {
+      m.config_ = llama2c_config(read_llama2c_layout(path));
+      if (context > 0) m.config_.seq_len = context;
+    }
+    return m;
+  }
+
+  [[nodiscard]] bool is_gguf() const noexcept { return gguf_.has_value(); }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] const LlamaConfig& config() const noexcept { return config_; }
+
+  /// Every projection in fp32 (GGUF: dequantized exactly), from `mr`.
+  [[nodiscard]] LlamaWeights<barato::nn::DenseLinear> fp32_weights(std::pmr::memory_resource* mr = std::pmr::get_default_resource()) const {
+    if (gguf_) return load_gguf_llama_fp32(*gguf_, config_, mr);
+    LlamaWeights<barato::nn::DenseLinear> w = load_llama2c(path_, mr);
+    w.config.seq_len = config_.seq_len;
+    return w;
+  }
+  /// GGUF only: the projections in the file's precision (`load_gguf_llama`).
+  [[nodiscard]] LlamaWeights<barato::nn::AnyLinear> gguf_weights(std::pmr::memory_resource* mr = std::pmr::get_default_resource()) const {
+    barato::require<barato::value_error>(gguf_.has_value(), "ModelFile::gguf_weights: ", path_.string(), " is not a GGUF file");
+    return load_gguf_llama(*gguf_, config_, mr);
+  }
+
+  /// The tokenizer: the llama2.c tokenizer file `path` when given; else, for GGUF, the file's own
+  /// vocabulary, and for a llama2.c checkpoint the file `fallback`.
+  [[nodiscard]] Tokenizer tokenizer(const std::string& path, const std::filesystem::path& fallback) const {
+    if (!path.empty()) return load_tokenizer(path, config_.vocab_size);
+    if (gguf_) {
+      Tokenizer t = gguf_tokenizer(*gguf_);
+      if (t.vocab_size() != config_.vocab_size)
+        throw barato::format_error(path_.string(), gguf_->find("tokenizer.ggml.tokens")->offset,
+                                   "tokenizer.ggml.tokens: expected " + std::to_string(config_.vocab_size) +
+                                       " tokens (the rows of token_embd.weight), found " + std::to_string(t.vocab_size()));
+      return t;
+    }
+    return load_tokenizer(fallback, config_.vocab_size);
+  }
+
+ private:
+  ModelFile() = default;
+  std::filesystem::path path_;
+  std::size_t context_ = 0;
+  LlamaConfig config_;
+  std::optional<GgufFile> gguf_;
+};
+
+/// The `--weights` help line of the tools.
+inline constexpr const char* kModelWeightsHelp =
+    "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c,\n"
+    "F16/BF16 kept for GGUF, Q8_0/Q4_0 dequantized) | fp32 (dequantized exactly) | int8-tensor | int8-row |\n"
+    "int4-tensor | int4-row | int4-g128 | nf4 (quantized from the fp32 values at load time)";
+
+/// Calls f(weights) with the weights `weights` names (see the file comment); `value_error`
+/// ("--weights: …") for an unknown name, before any weight is converted.
+template <class F>
+decltype(auto) with_model_weights(const ModelFile& m, std::string_view weights, std::pmr::memory_resource* mr, F&& f) {
+  if (weights == "file" && m.is_gguf()) return f(m.gguf_weights(mr));
+  if (weights != "file" && weights != "fp32") (void)weight_scheme(weights);
+  const LlamaWeights<barato::nn::DenseLinear> dense = m.fp32_weights(mr);
+  return with_weight_format(weights == "file" ? std::string_view("fp32") : weights, dense, mr, std::forward<F>(f));
+}
+
+}  // namespace barato_examples
