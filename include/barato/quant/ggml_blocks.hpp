@@ -21,6 +21,8 @@
 #include <cstring>
 #include <memory_resource>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -53,12 +55,21 @@ void check_ggml_shape(const char* fn, std::size_t rows, std::size_t cols, std::s
 }
 }  // namespace detail
 
+/// Where block bytes come from, for error messages: a file name and the byte offset of the first
+/// block in it (a GGUF reader passes the tensor's file and data offset).
+struct GgmlSource {
+  std::string_view file = "<ggml blocks>";  ///< the file (or a description) the bytes come from
+  std::size_t offset = 0;                   ///< byte offset of bytes[0] in that file
+};
+
 /// The matrix whose ggml block bytes are `bytes` ([rows, cols], cols % 32 == 0), without requantizing:
 /// scales and codes are copied into barato's layout. Throws `shape_error` on a size or shape mismatch,
-/// `format_error` for a scale that is not finite (naming the block and its byte offset in `bytes`).
-/// O(bytes); allocates the matrix from `mr`.
+/// `format_error` for a scale that is not finite (naming `source.file`, the byte offset
+/// source.offset + the block's offset, the block, its row and columns). O(bytes); allocates the
+/// matrix from `mr`.
 template <GgmlBlockFormat F>
 [[nodiscard]] QuantizedMatrix<F> from_ggml_blocks(std::size_t rows, std::size_t cols, std::span<const std::uint8_t> bytes,
+                                                  GgmlSource source = {},
                                                   std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
   detail::check_ggml_shape<F>("from_ggml_blocks", rows, cols, bytes.size());
   constexpr std::size_t kCodeBytes = F::kGgmlBlockBytes - 2;  // per block
@@ -70,10 +81,11 @@ template <GgmlBlockFormat F>
     std::uint16_t bits = 0;
     std::memcpy(&bits, blk, 2);
     const f16 d = std::bit_cast<f16>(bits);
-    require<format_error>(std::isfinite(to_float(d)), "quant::from_ggml_blocks: ", F::kName, " block ", b, " (row ",
-                          b / (cols / 32), ", columns ", b % (cols / 32) * 32, "…", b % (cols / 32) * 32 + 31,
-                          ") at byte offset ", b * F::kGgmlBlockBytes, ": scale bits 0x", std::hex, bits, std::dec,
-                          " are not a finite fp16; expected a finite scale");
+    if (!std::isfinite(to_float(d)))
+      throw format_error(std::string(source.file), source.offset + b * F::kGgmlBlockBytes,
+                         barato::detail::cat("quant::from_ggml_blocks: ", F::kName, " block ", b, " (row ", b / (cols / 32),
+                                     ", columns ", b % (cols / 32) * 32, "…", b % (cols / 32) * 32 + 31,
+                                     "): scale (fp16 bits ", bits, ") is not finite; expected a finite fp16 scale"));
     scales.data()[b] = d;
     std::memcpy(codes.data() + b * kCodeBytes, blk + 2, kCodeBytes);
   }
