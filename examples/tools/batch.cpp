@@ -83,7 +83,7 @@ void add_flags(Cli& cli, Args& a) {
       .option("--kv", a.kv, "POLICY", "paged[:B] | paged-int8[:B] | paged-int4[:B] | paged-k8v4[:B] | contiguous")
       .option("--pool-tokens", a.pool_tokens, "N", "paged pool capacity in tokens (small values force preemption);\n"
                                                    "default slots × context")
-      .option("--weights", a.weights, "W", "fp32 | int8-tensor | int8-row | int4-tensor | int4-row | int4-g128 | nf4")
+      .option("--weights", a.weights, "W", "fp32 | int8-tensor | int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0")
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--cascade", a.cascade, "shared-prefix (cascade) attention for decodes that share pages (paged pools)")
       .option("--model", a.model, "FILE", "llama2.c checkpoint")

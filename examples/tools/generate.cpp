@@ -71,7 +71,8 @@ void add_flags(Cli& cli, Args& a) {
       .option("--gamma", a.gamma, "G", "drafts per speculative verify pass")
       .option("--weights", a.weights, "W",
               "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
-              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)");
+              "int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 checkpoint at load time;\n"
+              "q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)");
   cli.epilog(
       "Defaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " BARATO_DEFAULT_DATA_DIR ").\n"
       "--json fields: prompt_ids, generated_ids, text, prefill_ms, decode_ms_per_token, kv_cache_bytes\n"

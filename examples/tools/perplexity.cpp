@@ -72,7 +72,8 @@ int tool_main(int argc, const char* const* argv) {
       .option("--max-tokens", max_tokens, "N", "score only the first N tokens (0 = all)")
       .option("--weights", weights, "W",
               "weight format of the projections and classifier: fp32 | int8-tensor | int8-row | int4-tensor |\n"
-              "int4-row | int4-g128 | nf4 (quantized from the fp32 checkpoint at load time)")
+              "int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 checkpoint at load time;\n"
+              "q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)")
       .option("--kv", kv, "POLICY", std::string("KV cache policy: ") + std::string(kKvPolicies))
       .flag("--kl-divergence", kld, "compare with the fp32 model (contiguous cache): KLD, same top-1, delta PPL")
       .flag("--json", json, "print one JSON object")

@@ -10,6 +10,9 @@
 /// zeros, or a scale below the scale type's smallest value) is stored as zero codes and dequantizes to
 /// exact zeros. Groups of `PerGroup<G>` restart at column 0 of every row; the last group of a row holds
 /// cols % G weights when G does not divide cols.
+/// A format with its own group rule (`QuantizesGroups`, e.g. ggml's Q8_0 / Q4_0) is quantized by its
+/// `quantize_group` instead, group by group; codes are laid out by `packing_of<F>` (quant/format.hpp).
+/// A second constructor takes packed codes and scales as they are (no quantization).
 
 #include <cmath>
 #include <cstddef>
