@@ -36,6 +36,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/fixed_point.hpp"
@@ -136,6 +138,13 @@ struct RowKernel<Arch, F> {
           __m512 sw;  // the weight scales of lane i (columns c0 + 4i … c0 + 4i + 3)
           if constexpr (kGroup == 64) {
             sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
+          } else if constexpr (std::is_same_v<typename F::scale_type, f16>) {
+            // Q8_0 / fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
+            int pair = 0;  // the two fp16 scales' bits
+            std::memcpy(&pair, sc + c0 / 32, sizeof pair);
+            const __m128i h2 = _mm_cvtsi32_si128(pair);
+            sw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                       _mm512_cvtph_ps(_mm256_castsi128_si256(h2)));
           } else {
             sw = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(static_cast<float>(sc[c0 / 32])),
                                       _mm512_set1_ps(static_cast<float>(sc[c0 / 32 + 1])));
