@@ -23,11 +23,13 @@
 /// their `quantize_group` hook (quant/format.hpp) and are bit-exact with ggml, not with llama2.c.
 ///
 /// Out-of-range conversions: C leaves a float-to-integer conversion of a value outside the target's
-/// range undefined. When a block's largest magnitude is tiny but non-zero (below 127 / FLT_MAX ≈ 3.7·10⁻³⁷ for
-/// Q8_0, 8 / FLT_MAX ≈ 2.4·10⁻³⁸ for Q4_0), d is subnormal and id = 1/d overflows to ±∞, so x · id is ±∞ or NaN (0 · ∞).
-/// x86's conversion (`cvttss2si` / `cvttps2dq`) returns 0x80000000 there, whose low byte is 0; that is
-/// what llama.cpp's x86 builds store, and what `ggml_int8` below does. Such blocks have fp16(d) = 0, so
-/// they dequantize to zeros either way; only their code bytes depend on this rule.
+/// range undefined. When a block's largest magnitude is tiny but non-zero (below 127 / FLT_MAX ≈
+/// 3.7·10⁻³⁷ for Q8_0, 8 / FLT_MAX ≈ 2.4·10⁻³⁸ for Q4_0), d is subnormal and id = 1/d overflows to ±∞,
+/// so x · id is ±∞ or NaN (0 · ∞). x86's conversions (`cvttss2si`, `cvttps2dq`) return 0x80000000
+/// there, whose low byte is 0, so an x86 build of ggml's quantizer stores code byte 0; `ggml_int8`
+/// below does the same on every host. (Inferred from the instruction set, not checked against a file:
+/// the shared GGUF files hold no such block.) Such blocks have fp16(d) = 0 and dequantize to zeros
+/// either way; only their code bytes depend on this rule.
 ///
 /// A row whose width is not a multiple of 32 ends in a shorter block quantized by the same rule over
 /// its weights (ggml has no such block: the byte conversion requires cols % 32 == 0).

@@ -206,7 +206,8 @@ struct RowKernel<Arch, F> {
     const std::size_t tail = blocks * B;  // the rest of the row (one scale unless the groups are small)
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      if constexpr (!kSmallGroups && !kSplitNibbles && kBlocksPerGroup == 0) total *= s;  // the row's (or tensor's) one scale
+      // the row's (or tensor's) one scale
+      if constexpr (!kSmallGroups && !kSplitNibbles && kBlocksPerGroup == 0) total *= s;
       if (tail < v.cols) {
         if constexpr (kSplitNibbles) {
           total += split_nibble_tail(row, sc, tail, v.cols, a[j].x);
@@ -247,7 +248,8 @@ struct RowKernel<Arch, F> {
     for (; c + 32 <= n; c += 32) {
       const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
       const __m512 lo = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(w, nib))), off);
-      const __m512 hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(w, 4), nib))), off);
+      const __m128i w_hi = _mm_and_si128(_mm_srli_epi16(w, 4), nib);
+      const __m512 hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(w_hi)), off);
       const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + c + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x + c)));
       total += static_cast<float>(sc[c / 32]) * _mm512_reduce_add_ps(part);
     }
