@@ -29,6 +29,7 @@
 #include "barato/core/memory.hpp"
 #include "barato/core/parallel.hpp"
 #include "barato/quant/absmax.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/nf4.hpp"
 #include "dram_probe.hpp"
@@ -222,6 +223,8 @@ using Int4Tensor = QuantLayer<AbsMax<4, PerTensor>>;
 using Int4Row = QuantLayer<AbsMax<4, PerRow>>;
 using Int4G128 = QuantLayer<AbsMax<4, PerGroup<128>>>;
 using Nf4B64 = QuantLayer<Nf4<64>>;
+using GgmlQ8 = QuantLayer<quant::GgmlQ8_0>;  // ggml's Q8_0: int8, fp16 scale per 32 (8.5 bits)
+using GgmlQ4 = QuantLayer<quant::GgmlQ4_0>;  // ggml's Q4_0: 4-bit, fp16 scale per 32 (4.5 bits)
 
 template <class L>
 void register_scheme(const char* name) {
@@ -243,6 +246,8 @@ int main(int argc, char** argv) {
   register_scheme<Int4Tensor>("int4_tensor");
   register_scheme<Int4Row>("int4_row");
   register_scheme<Int4G128>("int4_g128");
+  register_scheme<GgmlQ4>("q4_0");
+  register_scheme<GgmlQ8>("q8_0");
   register_scheme<Nf4B64>("nf4");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

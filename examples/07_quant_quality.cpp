@@ -129,8 +129,11 @@ int tutorial_main(int argc, const char* const* argv) {
                 8.0 * double(bytes) / double(weights), double(bytes) / 1024.0, ppl, c.delta_perplexity(), k.mean,
                 k.std_error, 100.0 * k.same_top1_share, 100 * k.same_top1_lo, 100 * k.same_top1_hi);
   }
-  std::size_t best4 = 3;  // variants 3… are the 4-bit schemes (kSchemes order)
-  for (std::size_t i = 3; i < variants.size(); ++i) best4 = ppls[i] < ppls[best4] ? i : best4;
+  std::size_t best4 = 0;  // the best of the 4-bit schemes (variant i + 1 is kSchemes[i])
+  for (std::size_t i = 0; i < quant::kSchemes.size(); ++i) {
+    const unsigned bits = quant::visit_scheme(quant::kSchemes[i], [](auto f) { return decltype(f)::kBits; });
+    if (bits == 4 && (best4 == 0 || ppls[i + 1] < ppls[best4])) best4 = i + 1;
+  }
   std::printf("  -> int8 costs %+.4f (per-tensor) and %+.4f (per-row) perplexity; the best 4-bit scheme here is %s (%+.4f).\n"
               "     Mean KLD from fp32: %.5f (int8 per-tensor) and %.5f (per-row) nats, %.4f for %s.\n"
               "     stories260K's rows have 64 columns, so int4-g128's group is a whole row (w2's 172 columns: 128 + 44).\n\n",

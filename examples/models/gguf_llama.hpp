@@ -18,9 +18,8 @@
 ///
 /// Weight conversion goes through one function, `gguf_tensor_to_fp32` (raw bytes, type, dims → fp32,
 /// exact for F32, F16, BF16, Q8_0 (x = fp16(d)·q) and Q4_0 (x = fp16(d)·(q − 8))), and the projections
-/// through `gguf_linear`, which keeps F16 / BF16 in their precision (nn::Dense<f16 / bf16>) and, for
-/// now, holds Q8_0 / Q4_0 dequantized to fp32: that is the place to keep them in a ggml-exact
-/// quantized format instead.
+/// through `gguf_linear`, which keeps F16 / BF16 in their precision (nn::Dense<f16 / bf16>) and Q8_0 /
+/// Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 / GgmlQ4_0, loaded without requantizing).
 
 #include <algorithm>
 #include <bit>
@@ -42,6 +41,9 @@
 #include "barato/core/memory.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
+#include "barato/quant/ggml.hpp"
+#include "barato/quant/ggml_blocks.hpp"
+#include "barato/quant/linear.hpp"
 #include "models/gguf.hpp"
 #include "models/llama_config.hpp"
 #include "models/llama_weights.hpp"
@@ -130,10 +132,23 @@ inline void gguf_tensor_to_fp32(std::span<const std::byte> raw, std::uint32_t ty
 }
 
 /// A GGUF matrix [rows, cols] as a linear layer in the file's precision: F32 → Dense<float>, F16 →
-/// Dense<f16>, BF16 → Dense<bf16> (both exact), Q8_0 / Q4_0 → for now Dense<float> of the exactly
-/// dequantized values (the switch point to a ggml-exact quantized layer).
+/// Dense<f16>, BF16 → Dense<bf16> (all exact), Q8_0 / Q4_0 → quant::Linear<GgmlQ8_0 / GgmlQ4_0> built
+/// from the file's block bytes without requantizing (`quant::from_ggml_blocks`; `file` and
+/// `file_offset`, the tensor's data offset, name a bad block in its error).
 [[nodiscard]] inline barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
-                                                       std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+                                                       std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
+                                                       std::string_view file = "<gguf>", std::size_t file_offset = 0) {
+  const auto quantized = [&](auto format) {
+    using F = decltype(format);
+    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(t.data.data()), t.data.size());
+    return barato::nn::AnyLinear(barato::quant::Linear<F>(
+        barato::quant::from_ggml_blocks<F>(rows, cols, bytes, barato::quant::GgmlSource{file, file_offset}, mr)));
+  };
+  switch (static_cast<GgmlType>(t.type)) {
+    case GgmlType::q8_0: return quantized(barato::quant::GgmlQ8_0{});
+    case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
+    default: break;
+  }
   const barato::Buffer<float> w = gguf_tensor_fp32(t, mr);
   switch (static_cast<GgmlType>(t.type)) {
     case GgmlType::f16: return barato::nn::Dense<barato::f16>(rows, cols, w.span(), mr);
@@ -306,11 +321,15 @@ template <class MakeLinear>
       mr);
 }
 
-/// Llama weights in the file's precision (`gguf_linear`: F16 / BF16 kept, Q8_0 / Q4_0 dequantized for now).
+/// Llama weights in the file's precision (`gguf_linear`: F16 / BF16 kept, Q8_0 / Q4_0 in ggml's formats).
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> load_gguf_llama(
     const GgufFile& f, const LlamaConfig& c, std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
   return load_gguf_llama_with(
-      f, c, [&](const GgufTensor& t, std::size_t rows, std::size_t cols) { return gguf_linear(t, rows, cols, mr); }, mr);
+      f, c,
+      [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
+        return gguf_linear(t, rows, cols, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset));
+      },
+      mr);
 }
 
 // ================================================================================================

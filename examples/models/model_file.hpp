@@ -9,8 +9,8 @@
 /// with_model_weights(m, args.weights, &mem, [&](const auto& w) { ... });
 /// ```
 /// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c; for GGUF,
-/// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 (for now) dequantized exactly
-/// (models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
+/// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 in barato's ggml-exact formats
+/// (quant::GgmlQ8_0 / GgmlQ4_0, no requantization; models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
 /// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp).
 
 #include <cstddef>
@@ -114,9 +114,10 @@ class ModelFile {
 
 /// The `--weights` help line of the tools.
 inline constexpr const char* kModelWeightsHelp =
-    "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c,\n"
-    "F16/BF16 kept for GGUF, Q8_0/Q4_0 dequantized) | fp32 (dequantized exactly) | int8-tensor | int8-row |\n"
-    "int4-tensor | int4-row | int4-g128 | nf4 (quantized from the fp32 values at load time)";
+    "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c;\n"
+    "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats) | fp32 (dequantized exactly) | int8-tensor |\n"
+    "int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 values at\n"
+    "load time; q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)";
 
 /// Calls f(weights) with the weights `weights` names (see the file comment); `value_error`
 /// ("--weights: …") for an unknown name, before any weight is converted.

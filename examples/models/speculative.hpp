@@ -48,7 +48,7 @@ struct DraftChoice {
 };
 
 /// Parses `ngram`, `ngram:N` (1 ≤ N ≤ 64), `int8` (= int8-row) or any `quant::parse_scheme` name
-/// (int8-tensor, int8-row, int4-tensor, int4-row, int4-g128, nf4); anything else throws `CliError`.
+/// (int8-tensor, int8-row, q8_0, int4-tensor, int4-row, int4-g128, q4_0, nf4); anything else throws `CliError`.
 [[nodiscard]] inline DraftChoice parse_draft(std::string_view s) {
   DraftChoice d;
   d.name = std::string(s);
@@ -72,7 +72,7 @@ struct DraftChoice {
     d.scheme = barato::quant::parse_scheme(s);
   } catch (const barato::value_error&) {
     throw CliError("--draft: unknown drafter '" + std::string(s) +
-                   "' (expected ngram, ngram:N, int8, int8-tensor, int8-row, int4-tensor, int4-row, int4-g128 or nf4)");
+                   "' (expected ngram, ngram:N, int8, int8-tensor, int8-row, int4-tensor, int4-row, int4-g128, nf4, q8_0 or q4_0)");
   }
   return d;
 }

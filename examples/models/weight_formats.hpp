@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The `--weights` flag of the example tools: a weight scheme name (`quant::parse_scheme`: int8-tensor,
-/// int8-row, int4-tensor, int4-row, int4-g128, nf4, …, or fp32) applied to every projection and the
+/// int8-row, q8_0, int4-tensor, int4-row, int4-g128, q4_0, nf4, or fp32) applied to every projection and the
 /// classifier of fp32 weights, quantized at load time and held as `nn::AnyLinear` so one instantiation
 /// of the tool serves every scheme.
 

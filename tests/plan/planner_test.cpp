@@ -81,6 +81,8 @@ TEST_CASE("plan: weight formats — named, bits, quant format types") {
   // the tools' scheme names
   CHECK(parse_weight_format("int4-g128").bits_per_weight == 4.125);
   CHECK(parse_weight_format("int4-g128").name == "int4-g128");
+  CHECK(parse_weight_format("q4_0").bits_per_weight == 4.5);  // ggml's formats, by scheme name
+  CHECK(parse_weight_format("q8_0").bits_per_weight == 8.5);
   CHECK(parse_weight_format("int8-row").bits_per_weight == 8);
   CHECK(parse_weight_format("int4-tensor").bits_per_weight == 4);
 }

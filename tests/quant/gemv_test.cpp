@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "barato/quant/absmax.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/nf4.hpp"
 #include "quant/kernel_check.hpp"
 #include "quant/reference.hpp"
@@ -70,12 +71,12 @@ void check_shapes() {
 TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
                    Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
-                   AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>) {
+                   AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_shapes<simd::DefaultArch, F>();
 }
 
 TEST_CASE_TEMPLATE("rows wider than 16384 columns (the old stack planes) take the same kernels", F, Int8PerRow<>,
-                   Int4Group<128>, Nf4<64>, Int8Group<32, float>) {
+                   Int4Group<128>, Nf4<64>, Int8Group<32, float>, GgmlQ8_0, GgmlQ4_0) {
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
@@ -83,14 +84,14 @@ TEST_CASE_TEMPLATE("rows wider than 16384 columns (the old stack planes) take th
 // kernel itself over more formats and every arch).
 TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference", F, Int8PerTensor<>,
                    Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, AbsMax<6, PerRow>, Int4Group<128>, Int4Group<64>,
-                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>) {
+                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, GgmlQ8_0, GgmlQ4_0) {
   static_assert(std::string_view(RowKernel<barato::test::PortableArch, F>::kName) == "xsimd");
   check_shapes<barato::test::PortableArch, F>();
 }
 
 #if XSIMD_WITH_AVX2
 TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double reference", F, Int8PerRow<>,
-                   AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>) {
+                   AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>, GgmlQ8_0, GgmlQ4_0) {
   static_assert(std::string_view(RowKernel<xsimd::avx2, F>::kName) == "xsimd");
   check_shapes<xsimd::avx2, F>();
 }
@@ -113,6 +114,9 @@ TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them"
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<4, PerGroup<40>>>::kName) == "xsimd");
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ8_0>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    // Q4_0's split-nibble order is not the layout of the fp32 4-bit table kernel
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ4_0>::kName) == (vnni ? "avx512-vnni" : "xsimd"));
   }
 }
 
@@ -162,11 +166,18 @@ void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed) {
 TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or 2 threads (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<32>, AbsMax<8, PerGroup<32>, float>, Int8Group<64>,
                    Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
-                   AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>) {
+                   AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<simd::DefaultArch, F>(96, 300, 21);  // 2 full 128-blocks + a 44-column tail
 }
 
-TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise (portable kernels)", F, Int8PerRow<>, Int4Group<128>, Nf4<64>) {
+TEST_CASE_TEMPLATE("ggml formats: gemv_batch rows equal gemv bitwise at widths made of whole 32-column blocks", F,
+                   GgmlQ8_0, GgmlQ4_0) {
+  check_batch_invariance<simd::DefaultArch, F>(40, 448, 24);  // 3 full 128-blocks + 2 groups of 32
+  check_batch_invariance<simd::DefaultArch, F>(33, 192, 25);  // stories260K-h192's FFN width: 128 + 64
+}
+
+TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise (portable kernels)", F, Int8PerRow<>, Int4Group<128>, Nf4<64>,
+                   GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<barato::test::PortableArch, F>(40, 172, 22);
 #if XSIMD_WITH_AVX2
   check_batch_invariance<xsimd::avx2, F>(40, 172, 23);

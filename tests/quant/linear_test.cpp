@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "barato/core/memory.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/nn/linear_layer.hpp"
 #include "quant/reference.hpp"
 #include "support/reference.hpp"
@@ -14,7 +15,7 @@ using namespace barato::quant;
 namespace ref = barato::test::quant_ref;
 
 TEST_CASE_TEMPLATE("quant::Linear is an nn::LinearLayer whose apply equals gemv over its matrix", F, Int8PerRow<>,
-                   Int4Group<128>, Nf4<64>, Int4PerTensor<>) {
+                   Int4Group<128>, Nf4<64>, Int4PerTensor<>, GgmlQ8_0, GgmlQ4_0) {
   static_assert(nn::LinearLayer<Linear<F>>);
   const std::size_t R = 96, C = 256;
   const auto w = ref::normal_vector(R * C, 3, 0.1f);

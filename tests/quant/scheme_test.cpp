@@ -30,4 +30,8 @@ TEST_CASE("visit_scheme hands over the format type: bits per weight of each sche
   CHECK(bpw(Scheme::int4_row) == doctest::Approx(4.0 + 16.0 / 256));
   CHECK(bpw(Scheme::int4_g128) == 4.125);
   CHECK(bpw(Scheme::nf4) == 4.25);
+  CHECK(bpw(Scheme::q8_0) == 8.5);
+  CHECK(bpw(Scheme::q4_0) == 4.5);
+  CHECK(parse_scheme("q4_0") == Scheme::q4_0);
+  CHECK(parse_scheme("q8_0") == Scheme::q8_0);
 }

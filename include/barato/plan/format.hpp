@@ -58,7 +58,7 @@ template <quant::Format F>
 }
 
 /// A named weight format (case-sensitive names of `named_weight_formats`), a quant scheme name of the
-/// tools' `--weights` (int8-tensor, int8-row, int4-tensor, int4-row, int4-g128: the format type's
+/// tools' `--weights` (int8-tensor, int8-row, q8_0, int4-tensor, int4-row, int4-g128, q4_0, nf4: the format type's
 /// `kBitsPerWeight`), or a number of bits per weight ("5.5"); `value_error` otherwise.
 [[nodiscard]] inline WeightFormat parse_weight_format(std::string_view s) {
   for (const WeightFormat& f : named_weight_formats())

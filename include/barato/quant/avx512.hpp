@@ -106,7 +106,7 @@ struct RowKernel<Arch, F> {
 
 /// 4-bit codes (AbsMax with 3–4 bits, NF4) with a whole-row scale or groups that are a multiple of 16.
 template <class Arch, Format F>
-  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && F::granularity::kGroup % 16 == 0 &&
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && kDefaultPacking<F> && F::granularity::kGroup % 16 == 0 &&
            !kUseVnni<Arch, F> && !kUseVnniLut16<Arch, F>)
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-lut16";

@@ -14,7 +14,18 @@
 ///  - `level(code)` is the unscaled value of a code; the dequantized weight is level(code) · s'.
 ///  - `encode(level(c)) == c` for every valid code c, and `level(kZeroCode) == 0`.
 ///
-/// Code packing (`CodePacking<kCodeBits>`), the same for every format:
+/// Two optional hooks let a format bring facts of its own (ggml's Q8_0 / Q4_0, quant/ggml.hpp, use both):
+///  - `typename F::packing`: where the codes of a row live (a type with `kCodeBits`, `row_bytes`,
+///    `locate`, `get`, `set`, as `CodePacking`); without it, `CodePacking<kCodeBits>` below.
+///    `packing_of<F>` names the one that applies. Kernels that assume a layout check it.
+///  - `F::quantize_group(w, n, codes) -> scale_type` (concept `QuantizesGroups`; `PerGroup` formats
+///    only): the format's own rule for one scale group of n ≤ kGroup weights — it writes the n codes
+///    (one per byte, unpacked) and returns the stored scale. `QuantizedMatrix` then calls it instead
+///    of the absmax rule above. Why a hook: ggml's quantizers take codes from the unrounded scale and
+///    round half away from zero (or truncate), which no choice of `kScaleDivisor` / `encode` can
+///    express, and the rule must not become a run-time flag of the shared path.
+///
+/// Code packing (`CodePacking<kCodeBits>`), the same for every format without a `packing` member:
 ///  - 8-bit codes: one byte per weight, in column order.
 ///  - 4-bit codes: each row is split into chunks of 128 codes (64 bytes) plus a tail of cols % 128
 ///    codes. In a chunk, code p = 16k + j (k < 8, j < 16) sits in the 32-bit little-endian word j at
@@ -124,6 +135,41 @@ struct CodePacking {
   }
 };
 
+/// 4-bit codes in blocks of `Block` codes, each block split in halves (ggml's Q4_0 nibble order):
+/// byte j of a block (Block / 2 bytes) holds code j in its low nibble and code j + Block/2 in its high
+/// nibble; blocks of a row follow each other. A last partial block of t = cols % Block codes stores
+/// code p in byte p/2, low nibble first. Every row starts on a byte boundary.
+template <std::size_t Block>
+struct SplitNibblePacking {
+  static_assert(Block >= 2 && Block % 2 == 0, "a split-nibble block has an even number of codes");
+  static constexpr unsigned kCodeBits = 4;
+  static constexpr std::size_t kBlock = Block;
+
+  /// Bytes of one packed row.
+  [[nodiscard]] static constexpr std::size_t row_bytes(std::size_t cols) noexcept { return (cols + 1) / 2; }
+  /// Byte and bit offset of code c in a row of `cols` codes.
+  [[nodiscard]] static constexpr typename CodePacking<4>::Slot locate(std::size_t c, std::size_t cols) noexcept {
+    const std::size_t full = cols / Block * Block;
+    if (c < full) {
+      const std::size_t p = c % Block;
+      return {c / Block * (Block / 2) + p % (Block / 2), static_cast<unsigned>(p < Block / 2 ? 0 : 4)};
+    }
+    const std::size_t p = c - full;
+    return {full / 2 + p / 2, static_cast<unsigned>(4 * (p % 2))};
+  }
+  /// Reads code c of a packed row.
+  [[nodiscard]] static constexpr std::uint8_t get(const std::uint8_t* row, std::size_t c, std::size_t cols) noexcept {
+    const auto s = locate(c, cols);
+    return static_cast<std::uint8_t>((row[s.byte] >> s.shift) & 0x0Fu);
+  }
+  /// Writes code c of a packed row (the other nibble of the byte is kept).
+  static constexpr void set(std::uint8_t* row, std::size_t c, std::size_t cols, std::uint8_t code) noexcept {
+    const auto s = locate(c, cols);
+    const unsigned mask = 0x0Fu << s.shift;
+    row[s.byte] = static_cast<std::uint8_t>((row[s.byte] & ~mask) | ((static_cast<unsigned>(code) << s.shift) & mask));
+  }
+};
+
 // ---- the concept ------------------------------------------------------------------------------------
 
 /// A weight quantization format (see the file comment for the rules).
@@ -138,6 +184,30 @@ concept Format = Element<typename F::scale_type> && Granularity<typename F::gran
                    { F::level(code) } -> std::same_as<float>;
                    { F::encode(v) } -> std::same_as<std::uint8_t>;
                  };
+
+namespace detail {
+template <class F>
+struct PackingOf {
+  using type = CodePacking<F::kCodeBits>;
+};
+template <class F>
+  requires requires { typename F::packing; }
+struct PackingOf<F> {
+  using type = typename F::packing;
+};
+}  // namespace detail
+
+/// The code packing of format F: `F::packing` when the format names one, else `CodePacking<F::kCodeBits>`.
+template <Format F>
+using packing_of = typename detail::PackingOf<F>::type;
+
+/// A format with its own rule for a scale group (see the file comment): `quantize_group(w, n, codes)`
+/// writes n codes and returns the stored scale.
+template <class F>
+concept QuantizesGroups = Format<F> && (F::granularity::kGroup != 0) &&
+                          requires(const float* w, std::size_t n, std::uint8_t* codes) {
+                            { F::quantize_group(w, n, codes) } -> std::same_as<typename F::scale_type>;
+                          };
 
 /// Facts derived from a format's members, shared by all formats.
 template <class Granularity, unsigned CodeBits, class Scale>

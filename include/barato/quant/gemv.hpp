@@ -35,7 +35,8 @@
 /// 16383; products and lane sums exact in int32): |y_r − Ŵ_r·x| ≤ Σ_b (sx_b / 2) Σ_{c∈b} |Ŵ_rc| plus fp32
 /// rounding of the per-block sums — i.e. 2⁻¹⁵ of the block maximum per element; the NF4 / 4-bit table
 /// kernel adds the rounding of its levels to 16-bit fixed point (≤ scale / (2 · kLevelScale) per weight).
-/// Columns past the last full 128-block are done in fp32 from x.
+/// Columns past the last full 128-block are done in fp32 from x. ggml's Q8_0 and Q4_0 (quant/ggml.hpp)
+/// take the VNNI kernel with this bound (Q4_0's per-32-column scales are applied per int32 lane).
 
 #include <cstddef>
 #include <new>

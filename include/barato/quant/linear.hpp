@@ -5,7 +5,7 @@
 /// model's weight format is changing this template argument:
 ///
 /// ```cpp
-/// using Weights = barato::quant::Linear<barato::quant::Int4Group<128>>;   // or Nf4<64>, Int8PerRow<>, ...
+/// using Weights = barato::quant::Linear<barato::quant::Int4Group<128>>;   // or Nf4<64>, GgmlQ4_0, Int8PerRow<>, ...
 /// Weights wq(rows, cols, fp32_weights);
 /// wq.apply(x, y, threads);
 /// ```
@@ -19,6 +19,7 @@
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/gemv.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/nf4.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/simd/arch.hpp"
@@ -70,5 +71,6 @@ class Linear {
 static_assert(nn::LinearLayer<Linear<Int8PerRow<>>>);
 static_assert(nn::LinearLayer<Linear<Int4Group<128>>>);
 static_assert(nn::LinearLayer<Linear<Nf4<64>>>);
+static_assert(nn::LinearLayer<Linear<GgmlQ8_0>> && nn::LinearLayer<Linear<GgmlQ4_0>>);
 
 }  // namespace barato::quant

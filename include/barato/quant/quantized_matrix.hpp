@@ -10,6 +10,9 @@
 /// zeros, or a scale below the scale type's smallest value) is stored as zero codes and dequantizes to
 /// exact zeros. Groups of `PerGroup<G>` restart at column 0 of every row; the last group of a row holds
 /// cols % G weights when G does not divide cols.
+/// A format with its own group rule (`QuantizesGroups`, e.g. ggml's Q8_0 / Q4_0) is quantized by its
+/// `quantize_group` instead, group by group; codes are laid out by `packing_of<F>` (quant/format.hpp).
+/// A second constructor takes packed codes and scales as they are (no quantization).
 
 #include <cmath>
 #include <cstddef>
@@ -17,6 +20,7 @@
 #include <memory_resource>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include "barato/core/dtype.hpp"
 #include "barato/core/error.hpp"
@@ -30,7 +34,7 @@ template <Format F>
 struct QuantizedView {
   using format = F;
   using scale_type = typename F::scale_type;
-  using packing = CodePacking<F::kCodeBits>;
+  using packing = packing_of<F>;
 
   const std::uint8_t* codes = nullptr;    // [rows, row_bytes] packed codes
   const scale_type* scales = nullptr;     // [scale_count]: 1, [rows] or [rows, groups_per_row]
@@ -66,7 +70,7 @@ class QuantizedMatrix {
   using format = F;
   using scale_type = typename F::scale_type;
   using granularity = typename F::granularity;
-  using packing = CodePacking<F::kCodeBits>;
+  using packing = packing_of<F>;
 
   QuantizedMatrix() = default;
 
@@ -82,7 +86,19 @@ class QuantizedMatrix {
       require<value_error>(std::isfinite(w[i]), "quant::QuantizedMatrix: weight (", i / cols, ", ", i % cols,
                            ") is not finite (", w[i], "); expected finite weights");
     }
-    if constexpr (granularity::kGroup != 0) {
+    if constexpr (QuantizesGroups<F>) {  // the format's own rule (quant/format.hpp)
+      const std::size_t g = granularity::kGroup, gpr = granularity::scales_per_row(cols);
+      std::uint8_t q[granularity::kGroup];  // one group's codes, unpacked
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = 0; j < gpr; ++j) {
+          const std::size_t c0 = j * g, c1 = c0 + g < cols ? c0 + g : cols;
+          const scale_type s = F::quantize_group(w.data() + r * cols + c0, c1 - c0, q);
+          require<value_error>(std::isfinite(to_float(s)), "quant::QuantizedMatrix: row ", r, ", group ", j,
+                               " (columns ", c0, "…", c1 - 1, ") gives a scale that overflows the scale type");
+          scales_[r * gpr + j] = s;
+          for (std::size_t c = c0; c < c1; ++c) packing::set(codes_.data() + r * row_bytes_, c, cols_, q[c - c0]);
+        }
+    } else if constexpr (granularity::kGroup != 0) {
       const std::size_t g = granularity::kGroup, gpr = granularity::scales_per_row(cols);
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t j = 0; j < gpr; ++j) {
@@ -97,6 +113,19 @@ class QuantizedMatrix {
       scales_[0] = make_scale(a);
       for (std::size_t r = 0; r < rows; ++r) encode_span(w.data() + r * cols, r, 0, cols, static_cast<float>(scales_[0]));
     }
+  }
+
+  /// Takes packed codes ([rows, row_bytes] in `packing_of<F>`) and scales ([scale_count(rows, cols)])
+  /// as they are — no quantization (what a loader of already quantized weights calls; the buffers keep
+  /// their memory resource). Throws `shape_error` when a size disagrees with rows × cols.
+  QuantizedMatrix(std::size_t rows, std::size_t cols, Buffer<std::uint8_t>&& codes, Buffer<scale_type>&& scales)
+      : rows_(checked_rows(rows, cols, rows * cols)), cols_(cols), row_bytes_(packing::row_bytes(cols)) {
+    require(codes.size() == rows * row_bytes_, "quant::QuantizedMatrix: expected ", rows, " x ", row_bytes_,
+            " = ", rows * row_bytes_, " code bytes for ", rows, " x ", cols, " weights, got ", codes.size());
+    require(scales.size() == granularity::scale_count(rows, cols), "quant::QuantizedMatrix: expected ",
+            granularity::scale_count(rows, cols), " scales for ", rows, " x ", cols, " weights, got ", scales.size());
+    codes_ = std::move(codes);
+    scales_ = std::move(scales);
   }
 
   QuantizedMatrix(QuantizedMatrix&&) noexcept = default;

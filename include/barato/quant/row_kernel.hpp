@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "barato/core/prefetch.hpp"
 #include "barato/quant/format.hpp"
@@ -56,7 +57,7 @@ struct PortableRowKernel {
   template <std::size_t N>
   static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* act, float* out) noexcept {
     using G = typename F::granularity;
-    using P = CodePacking<F::kCodeBits>;
+    using P = packing_of<F>;
     constexpr std::size_t kChunk = 256;
     alignas(64) float lev[kChunk];  // decoded levels of one chunk
     const std::uint8_t* row = v.row(r);
@@ -125,18 +126,27 @@ inline constexpr bool kVnniCompiled = true;
 inline constexpr bool kVnniCompiled = false;
 #endif
 
-/// The VNNI kernel (quant/vnni.hpp) serves integer AbsMax formats in 8- or 4-bit codes whose scale
-/// group is a whole row / tensor or a multiple of 128 columns, and 8-bit codes with groups of 32 or 64.
+/// True when format F keeps its codes in the default layout of its code width (`CodePacking`).
+template <class F>
+inline constexpr bool kDefaultPacking = std::is_same_v<packing_of<F>, CodePacking<F::kCodeBits>>;
+
+/// The VNNI kernel (quant/vnni.hpp) serves integer formats (AbsMax, ggml's Q8_0 / Q4_0) in 8- or 4-bit
+/// codes whose scale group is a whole row / tensor or a multiple of 128 columns, 8-bit codes with
+/// groups of 32 or 64, and 4-bit codes with fp16 scales per 32 columns in ggml's split-nibble order
+/// (`SplitNibblePacking<32>`: Q4_0).
 template <class Arch, class F>
-inline constexpr bool kUseVnni = kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } &&
-                                 ((F::kCodeBits == 8 && (F::granularity::kGroup % 128 == 0 || F::granularity::kGroup == 32 ||
-                                                         F::granularity::kGroup == 64)) ||
-                                  (F::kCodeBits == 4 && F::granularity::kGroup % 128 == 0));
+inline constexpr bool kUseVnni =
+    kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } &&
+    ((F::kCodeBits == 8 && (F::granularity::kGroup % 128 == 0 || F::granularity::kGroup == 32 ||
+                            F::granularity::kGroup == 64)) ||
+     (F::kCodeBits == 4 && kDefaultPacking<F> && F::granularity::kGroup % 128 == 0) ||
+     (F::kCodeBits == 4 && std::is_same_v<packing_of<F>, SplitNibblePacking<32>> && F::granularity::kGroup == 32 &&
+      std::is_same_v<typename F::scale_type, f16>));
 
 /// The VNNI table kernel (quant/vnni_lut16.hpp) serves the other 4-bit formats whose scale groups
 /// are multiples of 64 columns: NF4 and AbsMax 4-bit with 64-column groups.
 template <class Arch, class F>
-inline constexpr bool kUseVnniLut16 = kVnniCompiled && simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 &&
+inline constexpr bool kUseVnniLut16 = kVnniCompiled && simd::kHasAvx512bw<Arch> && F::kCodeBits == 4 && kDefaultPacking<F> &&
                                       F::granularity::kGroup != 0 && F::granularity::kGroup % 64 == 0 &&
                                       !kUseVnni<Arch, F>;
 
