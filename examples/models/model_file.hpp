@@ -73,6 +73,8 @@ class ModelFile {
   }
 
   [[nodiscard]] bool is_gguf() const noexcept { return gguf_.has_value(); }
+  /// The mapped GGUF file, or null for a llama2.c checkpoint.
+  [[nodiscard]] const GgufFile* gguf_file() const noexcept { return gguf_ ? &*gguf_ : nullptr; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   [[nodiscard]] const LlamaConfig& config() const noexcept { return config_; }
 

@@ -1,0 +1,218 @@
+#pragma once
+/// \file
+/// A Llama decoder written back as a GGUF v3 file (what `barato_quantize` does): the llama metadata,
+/// the tokenizer and every tensor in a requested type — F32, F16, Q8_0 or Q4_0 — with llama.cpp's
+/// tensor names (models/gguf_llama.hpp reads them back).
+///
+/// Rules:
+///  - 1-D tensors (norm gains) stay F32, as llama.cpp's quantizer keeps them.
+///  - A matrix whose width (ne0, the input columns) is not a multiple of 32 cannot hold Q8_0 / Q4_0
+///    blocks: it is written F16 and listed in `GgufExport::fallbacks` (for an F32 target it stays F32).
+///  - Q8_0 / Q4_0 data is `quant::quantize_ggml_blocks` of the fp32 values: byte for byte what ggml's
+///    reference quantizer writes for the same F32 tensor. When the model comes from a GGUF file whose
+///    tensor already has the target type, its bytes are copied (re-quantizing dequantized blocks need
+///    not reproduce them).
+///  - The classifier is written as `output.weight` unless the config says it is tied to the embedding.
+///  - Metadata: from a GGUF source every key is copied except `general.file_type` (rewritten for the
+///    new type); from a llama2.c checkpoint the `llama.*` keys come from the config and the vocabulary
+///    from the llama2.c tokenizer: a space in a piece becomes "▁" (U+2581), ids 0 / 1 / 2 become
+///    `<unk>` / `<s>` / `</s>` (llama2.c's files store BOS / EOS as "\n<s>\n" / "\n</s>\n"), token
+///    types unknown / control / byte / normal. Reading the file back gives the same encode / decode.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "barato/core/dtype.hpp"
+#include "barato/core/error.hpp"
+#include "barato/nn/dense.hpp"
+#include "barato/quant/ggml.hpp"
+#include "barato/quant/ggml_blocks.hpp"
+#include "models/gguf.hpp"
+#include "models/gguf_llama.hpp"
+#include "models/gguf_writer.hpp"
+#include "models/llama_weights.hpp"
+#include "models/tokenizer.hpp"
+
+namespace barato_examples {
+
+/// The `--type` of barato_quantize: "f32", "f16", "q8_0" or "q4_0"; `value_error` otherwise.
+[[nodiscard]] inline GgmlType parse_gguf_type(std::string_view name) {
+  if (name == "f32") return GgmlType::f32;
+  if (name == "f16") return GgmlType::f16;
+  if (name == "q8_0") return GgmlType::q8_0;
+  if (name == "q4_0") return GgmlType::q4_0;
+  throw barato::value_error("--type: unknown tensor type '" + std::string(name) + "' (expected f32, f16, q8_0 or q4_0)");
+}
+
+/// llama.cpp's `general.file_type` of a file whose matrices are mostly `t` (ALL_F32 0, MOSTLY_F16 1,
+/// MOSTLY_Q4_0 2, MOSTLY_Q8_0 7).
+[[nodiscard]] constexpr std::uint32_t gguf_file_type(GgmlType t) noexcept {
+  switch (t) {
+    case GgmlType::f16: return 1;
+    case GgmlType::q4_0: return 2;
+    case GgmlType::q8_0: return 7;
+    default: return 0;
+  }
+}
+
+/// A GGUF file to be written and what the conversion did.
+struct GgufExport {
+  GgufWriter writer;                       ///< metadata and tensors, ready to `write`
+  std::vector<std::string> fallbacks;      ///< matrices not in the target type, with the reason
+  std::size_t tensors = 0;                 ///< tensors written
+  std::size_t copied = 0;                  ///< tensors copied byte for byte from the source file
+  std::size_t tensor_bytes = 0;            ///< bytes of tensor data
+};
+
+namespace detail {
+
+/// The bytes of fp32 `w` ([rows, cols]) as ggml type `t`.
+inline std::vector<std::byte> gguf_encode(GgmlType t, std::size_t rows, std::size_t cols, std::span<const float> w) {
+  std::vector<std::byte> out;
+  switch (t) {
+    case GgmlType::f32: {
+      const auto b = std::as_bytes(w);
+      out.assign(b.begin(), b.end());
+      break;
+    }
+    case GgmlType::f16: {
+      out.resize(w.size() * 2);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const auto h = barato::from_float<barato::f16>(w[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      break;
+    }
+    case GgmlType::q8_0:
+    case GgmlType::q4_0: {
+      const auto encode = [&](auto format) {
+        using F = decltype(format);
+        out.resize(barato::quant::ggml_bytes<F>(rows, cols));
+        barato::quant::quantize_ggml_blocks<F>(rows, cols, w,
+                                               std::span(reinterpret_cast<std::uint8_t*>(out.data()), out.size()));
+      };
+      if (t == GgmlType::q8_0) encode(barato::quant::GgmlQ8_0{});
+      else encode(barato::quant::GgmlQ4_0{});
+      break;
+    }
+    default: throw barato::value_error("gguf_encode: unsupported target type " + std::string(ggml_type_name(static_cast<std::uint32_t>(t))));
+  }
+  return out;
+}
+
+/// The llama2.c tokenizer's vocabulary as `tokenizer.ggml.*` metadata (rules in the file comment).
+inline void add_llama2c_vocabulary(GgufWriter& w, const Tokenizer& tok) {
+  std::vector<GgufWriteValue> tokens, scores, types;
+  tokens.reserve(tok.vocab_size());
+  for (std::size_t i = 0; i < tok.vocab_size(); ++i) {
+    const auto id = static_cast<Token>(i);
+    std::string piece;
+    GgufTokenType type = GgufTokenType::normal;
+    if (id == 0) {
+      piece = "<unk>", type = GgufTokenType::unknown;
+    } else if (id == kBos) {
+      piece = "<s>", type = GgufTokenType::control;
+    } else if (id == kEos) {
+      piece = "</s>", type = GgufTokenType::control;
+    } else {
+      for (const char c : tok.piece(id)) {
+        if (c == ' ') piece += kSentencePieceSpace;
+        else piece += c;
+      }
+      if (Tokenizer::byte_piece_value(tok.piece(id)) >= 0) type = GgufTokenType::byte;
+    }
+    tokens.push_back(GgufWriteValue::string(piece));
+    scores.push_back(GgufWriteValue::f32(tok.score(id)));
+    types.push_back(GgufWriteValue::i32(static_cast<std::int32_t>(type)));
+  }
+  w.add("tokenizer.ggml.model", GgufWriteValue::string("llama"))
+      .add("tokenizer.ggml.tokens", GgufWriteValue::array(GgufValueType::string, tokens))
+      .add("tokenizer.ggml.scores", GgufWriteValue::array(GgufValueType::f32, scores))
+      .add("tokenizer.ggml.token_type", GgufWriteValue::array(GgufValueType::i32, types))
+      .add("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(kBos)))
+      .add("tokenizer.ggml.eos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(kEos)))
+      .add("tokenizer.ggml.unknown_token_id", GgufWriteValue::u32(0));
+}
+
+}  // namespace detail
+
+/// The GGUF file of `w` (fp32 values: a llama2.c checkpoint, or a GGUF file dequantized exactly) with
+/// its matrices in `type`; `source` is the GGUF file `w` was read from (metadata and same-type tensors
+/// copied) or null, in which case `tok` supplies the vocabulary and `name` the `general.name`.
+[[nodiscard]] inline GgufExport export_llama_gguf(const LlamaWeights<barato::nn::DenseLinear>& w, const Tokenizer& tok,
+                                                  GgmlType type, const GgufFile* source, std::string_view name = "barato") {
+  const LlamaConfig& c = w.config;
+  barato::require<barato::value_error>(c.rope_style == RopeStyle::adjacent,
+                                       "export_llama_gguf: a GGUF llama uses adjacent-pair RoPE; this model does not");
+  barato::require<barato::value_error>(tok.vocab_size() == c.vocab_size, "export_llama_gguf: tokenizer of ", tok.vocab_size(),
+                                       " pieces for a vocabulary of ", c.vocab_size);
+  GgufExport e;
+  GgufWriter& out = e.writer;
+  if (source != nullptr) {
+    for (const auto& [key, value] : source->metadata())
+      if (key != "general.file_type") out.add(std::string(key), gguf_write_value(value));
+    out.add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)));
+  } else {
+    const auto u32 = [](std::size_t v) { return GgufWriteValue::u32(static_cast<std::uint32_t>(v)); };
+    out.add("general.architecture", GgufWriteValue::string("llama"))
+        .add("general.name", GgufWriteValue::string(name))
+        .add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)))
+        .add("llama.context_length", u32(c.seq_len))
+        .add("llama.embedding_length", u32(c.dim))
+        .add("llama.block_count", u32(c.n_layers))
+        .add("llama.feed_forward_length", u32(c.hidden_dim))
+        .add("llama.rope.dimension_count", u32(c.head_dim))
+        .add("llama.attention.head_count", u32(c.n_heads))
+        .add("llama.attention.head_count_kv", u32(c.n_kv_heads))
+        .add("llama.attention.layer_norm_rms_epsilon", GgufWriteValue::f32(c.norm_eps))
+        .add("llama.rope.freq_base", GgufWriteValue::f32(c.rope_base));
+    detail::add_llama2c_vocabulary(out, tok);
+  }
+
+  const auto put = [&](const std::string& tensor, std::span<const float> x, std::size_t rows, std::size_t cols, bool matrix) {
+    GgmlType t = matrix ? type : GgmlType::f32;
+    if ((t == GgmlType::q8_0 || t == GgmlType::q4_0) && cols % 32 != 0) {
+      t = GgmlType::f16;
+      e.fallbacks.push_back(tensor + ": " + std::to_string(cols) + " columns, not a multiple of 32 (ggml's block): F16");
+    }
+    std::vector<std::byte> bytes;
+    const GgufTensor* src = source != nullptr ? source->tensor(tensor) : nullptr;
+    if (src != nullptr && src->type == static_cast<std::uint32_t>(t)) {
+      bytes.assign(src->data.begin(), src->data.end());
+      ++e.copied;
+    } else {
+      bytes = detail::gguf_encode(t, rows, cols, x);
+    }
+    std::vector<std::uint64_t> ne = matrix ? std::vector<std::uint64_t>{cols, rows} : std::vector<std::uint64_t>{cols};
+    e.tensor_bytes += bytes.size();
+    out.add_tensor(tensor, t, std::move(ne), bytes);
+    ++e.tensors;
+  };
+  const auto mat = [&](const std::string& tensor, const barato::nn::DenseLinear& m) { put(tensor, m.weights(), m.rows(), m.cols(), true); };
+  const auto vec = [&](const std::string& tensor, const barato::Buffer<float>& v) { put(tensor, v.span(), 1, v.size(), false); };
+
+  put("token_embd.weight", w.token_embedding.span(), c.vocab_size, c.dim, true);
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const auto& L = w.layers[l];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vec(p + "attn_norm.weight", L.rms_att);
+    mat(p + "attn_q.weight", L.wq);
+    mat(p + "attn_k.weight", L.wk);
+    mat(p + "attn_v.weight", L.wv);
+    mat(p + "attn_output.weight", L.wo);
+    vec(p + "ffn_norm.weight", L.rms_ffn);
+    mat(p + "ffn_gate.weight", L.w1);
+    mat(p + "ffn_down.weight", L.w2);
+    mat(p + "ffn_up.weight", L.w3);
+  }
+  vec("output_norm.weight", w.rms_final);
+  if (!c.shared_classifier) mat("output.weight", w.classifier);
+  return e;
+}
+
+}  // namespace barato_examples

@@ -1,0 +1,165 @@
+// Tests of writing a Llama decoder back as GGUF (examples/models/gguf_export.hpp, barato_quantize):
+// a written file reads back as the same model (weights bit for bit, the same vocabulary, run.c's greedy
+// ids); Q8_0 / Q4_0 tensor data equals, byte for byte, what llama.cpp's quantizer wrote for the same F32
+// tensors; matrices of a width that is not a multiple of 32 fall back to F16 and are named.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/generate.hpp"
+#include "models/gguf.hpp"
+#include "models/gguf_export.hpp"
+#include "models/gguf_llama.hpp"
+#include "models/llama.hpp"
+#include "models/tokenizer.hpp"
+#include "support/data.hpp"
+#include "support/reference_file.hpp"
+
+using namespace barato_examples;
+
+namespace {
+
+GgufFile round_trip(const GgufExport& e, const std::string& name) {
+  const auto bytes = e.writer.bytes();
+  return GgufFile::from_bytes(name, std::vector<std::byte>(bytes.begin(), bytes.end()));
+}
+
+bool same_floats(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// Every weight of `a` and `b`, bit for bit.
+bool same_weights(const LlamaWeights<barato::nn::DenseLinear>& a, const LlamaWeights<barato::nn::DenseLinear>& b) {
+  bool ok = same_floats(a.token_embedding.span(), b.token_embedding.span()) && same_floats(a.rms_final.span(), b.rms_final.span()) &&
+            same_floats(a.classifier.weights(), b.classifier.weights()) && a.layers.size() == b.layers.size();
+  for (std::size_t l = 0; ok && l < a.layers.size(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    ok = same_floats(x.rms_att.span(), y.rms_att.span()) && same_floats(x.rms_ffn.span(), y.rms_ffn.span()) &&
+         same_floats(x.wq.weights(), y.wq.weights()) && same_floats(x.wk.weights(), y.wk.weights()) &&
+         same_floats(x.wv.weights(), y.wv.weights()) && same_floats(x.wo.weights(), y.wo.weights()) &&
+         same_floats(x.w1.weights(), y.w1.weights()) && same_floats(x.w2.weights(), y.w2.weights()) &&
+         same_floats(x.w3.weights(), y.w3.weights());
+  }
+  return ok;
+}
+
+template <class Linear>
+std::vector<int> greedy(const LlamaWeights<Linear>& w, const std::vector<Token>& prompt, std::size_t steps) {
+  Llama<barato::kv::Contiguous<float>, Linear> m(w, make_contiguous_caches(w.config, steps), {.threads = 1});
+  std::vector<float> logits(m.vocab_size());
+  const auto g = generate(m, prompt, {.steps = steps}, logits);
+  return {g.generated.begin(), g.generated.end()};
+}
+
+}  // namespace
+
+TEST_CASE("gguf export: --type names") {
+  CHECK(parse_gguf_type("f32") == GgmlType::f32);
+  CHECK(parse_gguf_type("f16") == GgmlType::f16);
+  CHECK(parse_gguf_type("q8_0") == GgmlType::q8_0);
+  CHECK(parse_gguf_type("q4_0") == GgmlType::q4_0);
+  CHECK_THROWS_WITH_AS((void)parse_gguf_type("q4_k"), doctest::Contains("expected f32, f16, q8_0 or q4_0"), barato::value_error);
+}
+
+TEST_CASE("gguf export: stories260K.bin as F32 GGUF reads back as the same model, vocabulary and greedy ids") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto w = load_llama2c(dir / "stories260K/stories260K.bin");
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", w.config.vocab_size);
+  const GgufExport e = export_llama_gguf(w, tok, GgmlType::f32, nullptr, "stories260K");
+  CHECK(e.fallbacks.empty());
+  CHECK(e.copied == 0);
+  CHECK(e.tensors == 2 + 9 * w.config.n_layers);  // tied classifier: no output.weight
+  const GgufFile f = round_trip(e, "written.gguf");
+  CHECK(f.tensor("output.weight") == nullptr);
+  const LlamaConfig c = gguf_llama_config(f);
+  CHECK(c.seq_len == w.config.seq_len);
+  CHECK(c.hidden_dim == w.config.hidden_dim);
+  CHECK(c.shared_classifier);
+  const auto back = load_gguf_llama_fp32(f, c);
+  CHECK(same_weights(w, back));
+
+  const Tokenizer g = gguf_tokenizer(f);
+  REQUIRE(g.vocab_size() == tok.vocab_size());
+  for (const char* s : {"Once upon a time", "Lily wanted to", "  two  spaces\nnewline, ünïcödé 日本 🙂", ""}) {
+    CAPTURE(s);
+    CHECK(g.encode(s) == tok.encode(s));
+    const auto ids = tok.encode(s);
+    CHECK(g.decode_text(ids) == tok.decode_text(ids));
+  }
+  const auto r = barato::test::read_reference_file(dir / "stories260K/reference/greedy_lily_wanted_to.txt");
+  const auto prompt = g.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
+  CHECK(greedy(load_gguf_llama(f, c), prompt, std::stoul(r.at("steps"))) == r.ids("generated_ids"));
+}
+
+TEST_CASE("gguf export: Q8_0 / Q4_0 tensor data equals llama.cpp's quantizer on the same F32 tensors") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-h192-f32.gguf");
+  if (dir.empty()) return;
+  const GgufFile src = GgufFile::open(dir / "stories260K/stories260K-h192-f32.gguf");
+  const LlamaConfig c = gguf_llama_config(src, 512);
+  const auto w = load_gguf_llama_fp32(src, c);
+  const Tokenizer tok = gguf_tokenizer(src);
+  for (const std::string q : {"q8_0", "q4_0"}) {
+    INFO(q);
+    const GgmlType type = parse_gguf_type(q);
+    const GgufExport e = export_llama_gguf(w, tok, type, &src);
+    CHECK(e.fallbacks.empty());  // every width of the padded model is a multiple of 32
+    const GgufFile mine = round_trip(e, "mine.gguf");
+    const GgufFile theirs = GgufFile::open(dir / ("stories260K/stories260K-h192-" + q + ".gguf"));
+    REQUIRE(mine.tensors().size() == theirs.tensors().size());
+    std::size_t same_type = 0, equal = 0;
+    for (const auto& t : theirs.tensors()) {
+      const GgufTensor* m = mine.tensor(t.name);
+      REQUIRE(m != nullptr);
+      CHECK(m->ne == t.ne);
+      if (m->type != t.type) {
+        // llama-quantize keeps output.weight in Q8_0 for a Q4_0 file; barato writes what it was asked.
+        CHECK(std::string(t.name) == "output.weight");
+        continue;
+      }
+      ++same_type;
+      equal += std::ranges::equal(m->data, t.data);
+    }
+    CHECK(equal == same_type);
+    CHECK(same_type >= theirs.tensors().size() - 1);
+    // The metadata is the source's, with the file type rewritten.
+    CHECK(mine.find("general.file_type")->bits == gguf_file_type(type));
+    CHECK(mine.find("tokenizer.ggml.tokens")->count == 512);
+  }
+}
+
+TEST_CASE("gguf export: a quantized source's tensors already in the target type are copied, not requantized") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-h192-q8_0.gguf");
+  if (dir.empty()) return;
+  const GgufFile src = GgufFile::open(dir / "stories260K/stories260K-h192-q8_0.gguf");
+  const LlamaConfig c = gguf_llama_config(src, 512);
+  const GgufExport e = export_llama_gguf(load_gguf_llama_fp32(src, c), gguf_tokenizer(src), GgmlType::q8_0, &src);
+  CHECK(e.copied == src.tensors().size());
+  const GgufFile back = round_trip(e, "back.gguf");
+  for (const auto& t : src.tensors()) CHECK(std::ranges::equal(back.tensor(t.name)->data, t.data));
+}
+
+TEST_CASE("gguf export: widths that are not a multiple of 32 stay F16 and are named; the file still runs") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const auto w = load_llama2c(dir / "stories260K/stories260K.bin");
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", w.config.vocab_size);
+  const GgufExport e = export_llama_gguf(w, tok, GgmlType::q4_0, nullptr);
+  REQUIRE(e.fallbacks.size() == w.config.n_layers);  // ffn_down: 172 input columns
+  CHECK(e.fallbacks[0].find("blk.0.ffn_down.weight: 172 columns") != std::string::npos);
+  const GgufFile f = round_trip(e, "q4.gguf");
+  CHECK(f.tensor("blk.0.ffn_down.weight")->type == static_cast<std::uint32_t>(GgmlType::f16));
+  CHECK(f.tensor("blk.0.ffn_up.weight")->type == static_cast<std::uint32_t>(GgmlType::q4_0));
+  CHECK(f.tensor("blk.0.attn_norm.weight")->type == static_cast<std::uint32_t>(GgmlType::f32));
+  CHECK(f.tensor("token_embd.weight")->type == static_cast<std::uint32_t>(GgmlType::q4_0));
+  // The file runs: its first generated tokens are the fp32 model's (4-bit weights leave the path later).
+  const LlamaConfig c = gguf_llama_config(f);
+  const auto prompt = tok.encode("Once upon a time", true);
+  const auto q = greedy(load_gguf_llama(f, c), prompt, 12);
+  const auto ref = greedy(w, prompt, 12);
+  CHECK(std::vector<int>(q.begin(), q.begin() + 3) == std::vector<int>(ref.begin(), ref.begin() + 3));
+}
