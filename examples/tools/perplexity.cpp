@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "models/llama.hpp"
 #include "models/model_file.hpp"
 #include "models/perplexity.hpp"
+#include "models/token_ids.hpp"
 #include "models/tokenizer.hpp"
 
 namespace {
@@ -60,7 +62,7 @@ int tool_main(int argc, const char* const* argv) {
   std::string model_path = (data_dir() / "stories260K/stories260K.bin").string();
   std::string tok_path;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin
   std::size_t context = 0;
-  std::string text_path;
+  std::string text_path, ids_path;
   int threads = 1;
   bool json = false, quiet = false, kld = false;
   std::size_t max_tokens = 0;
@@ -70,7 +72,9 @@ int tool_main(int argc, const char* const* argv) {
   cli.option("--model", model_path, "FILE", "llama2.c checkpoint or GGUF file (told apart by the magic)")
       .option("--tokenizer", tok_path, "FILE", "llama2.c tokenizer file (default: a GGUF file's own vocabulary, else tok512.bin)")
       .option("--context", context, "N", "model context in positions (0: the file's; GGUF llama.context_length)")
-      .option("--text", text_path, "FILE", "text file to score (required)")
+      .option("--text", text_path, "FILE", "text file to score (this or --ids)")
+      .option("--ids", ids_path, "FILE", "token ids to score instead of a text: whitespace-separated, BOS (1) first,\n"
+                                         "e.g. another engine's output; --json adds argmax_ids, argmax_agreement")
       .option("--threads", threads, "N", "threads for matrix products and attention")
       .option("--max-tokens", max_tokens, "N", "score only the first N tokens (0 = all)")
       .option("--weights", weights, "W", kModelWeightsHelp)
@@ -81,7 +85,7 @@ int tool_main(int argc, const char* const* argv) {
       .epilog(std::string(kProtocol) + "\nDefaults for --model/--tokenizer come from $BARATO_DATA_DIR (else " +
               BARATO_DEFAULT_DATA_DIR + ").");
   if (!cli.parse(argc, argv)) return 0;
-  if (text_path.empty()) throw CliError("--text FILE is required");
+  if (text_path.empty() == ids_path.empty()) throw CliError("exactly one of --text FILE and --ids FILE is required");
   if (threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(threads));
   if (weights != "fp32" && weights != "file") {
     try {
@@ -105,23 +109,34 @@ int tool_main(int argc, const char* const* argv) {
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
   if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) throw barato::io_error(text_path + ": cannot open text file");
+  const std::string& input_path = ids_path.empty() ? text_path : ids_path;
+  std::ifstream in(input_path, std::ios::binary);
+  if (!in) throw barato::io_error(input_path + ": cannot open " + (ids_path.empty() ? "text" : "token-id") + " file");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<Token> ids = tok.encode(text, /*bos=*/false);
+  std::vector<Token> ids;
+  std::size_t bytes = 0;
+  if (ids_path.empty()) {
+    ids = tok.encode(text, /*bos=*/false);
+    bytes = text.size();
+  } else {
+    ids = parse_token_ids(text, ids_path, w.config.vocab_size);
+    ids.erase(ids.begin());  // the BOS is each window's own (the protocol feeds BOS + window)
+    if (ids.empty()) throw barato::format_error(ids_path, text.size(), "expected at least one id after BOS, found none");
+  }
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::size_t bytes = text.size();
   if (max_tokens != 0 && max_tokens < ids.size()) {
     ids.resize(max_tokens);
-    bytes = tok.decode_text([&] {  // bytes covered by the kept tokens (run.c decoding, after the prefix)
-      std::vector<Token> with_bos{1};
-      with_bos.insert(with_bos.end(), ids.begin(), ids.end());
-      return with_bos;
-    }()).size();
+    if (ids_path.empty())
+      bytes = tok.decode_text([&] {  // bytes covered by the kept tokens (run.c decoding, after the prefix)
+        std::vector<Token> with_bos{1};
+        with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+        return with_bos;
+      }()).size();
   }
-  if (!quiet) std::fprintf(stderr, "encoded %zu bytes into %zu tokens in %.3f s\n", text.size(), ids.size(), encode_s);
+  if (!quiet && ids_path.empty())
+    std::fprintf(stderr, "encoded %zu bytes into %zu tokens in %.3f s\n", text.size(), ids.size(), encode_s);
 
   const std::size_t window = w.config.seq_len - 1;
   barato::require(window > 0, "barato_perplexity: seq_len must be >= 2");
@@ -139,17 +154,18 @@ int tool_main(int argc, const char* const* argv) {
   // --kv: the decoder runs on the chosen cache policy (models/kv_policies.hpp).
   // --kl-divergence: the fp32 model runs beside it window by window (scratch for its logits too).
   std::vector<float> ref_scratch(kld ? scratch.size() : 0);
+  std::vector<Token> argmax;  // the model's argmax at every scored position (reported with --ids)
   const auto score = [&](auto caches) {
     Llama<typename decltype(caches)::value_type, barato::nn::AnyLinear> model(w, std::move(caches),
                                                                              {.threads = threads, .max_chunk = kChunk});
     if (!kld) {
       ModelComparison c;
-      c.test = perplexity(model, ids, window, scratch, bytes, progress);
+      c.test = perplexity(model, ids, window, scratch, bytes, progress, &argmax);
       return c;
     }
     Llama<barato::kv::Contiguous<float>, barato::nn::AnyLinear> ref(
         *ref_w, make_contiguous_caches<float>(ref_w->config, ref_w->config.seq_len), {.threads = threads, .max_chunk = kChunk});
-    return compare_models(ref, model, ids, window, ref_scratch, scratch, bytes, progress);
+    return compare_models(ref, model, ids, window, ref_scratch, scratch, bytes, progress, &argmax);
   };
   ModelComparison cmp;
   try {
@@ -161,19 +177,24 @@ int tool_main(int argc, const char* const* argv) {
   const PerplexityResult& r = cmp.test;
   const KldSummary k = cmp.kld.summary();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::size_t agree = 0;  // --ids: positions where the argmax is the next given id
+  for (std::size_t i = 0; i < argmax.size(); ++i) agree += argmax[i] == ids[i];
+  const double agreement = argmax.empty() ? 0.0 : static_cast<double>(agree) / static_cast<double>(argmax.size());
   if (!quiet) std::fprintf(stderr, "\rscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", r.tokens, r.windows, secs,
                            secs > 0 ? static_cast<double>(r.tokens) / secs : 0.0);
   if (json) {
     JsonObject o;
     o.add("tokens", r.tokens)
         .add("mean_nll", r.mean_nll())
-        .add("perplexity", r.perplexity())
-        .add("bits_per_byte", r.bits_per_byte())
+        .add("perplexity", r.perplexity());
+    if (ids_path.empty()) o.add("bits_per_byte", r.bits_per_byte());
+    o
         .add("windows", r.windows)
         .add("weights", weights)
         .add("kv", kv)
         .add("bytes", bytes)
         .add("seconds", secs);
+    if (!ids_path.empty()) o.add("argmax_agreement", agreement).add("argmax_ids", std::span<const Token>(argmax));
     if (kld)
       o.add("kld_mean", k.mean)
           .add("kld_stderr", k.std_error)
@@ -188,9 +209,14 @@ int tool_main(int argc, const char* const* argv) {
           .add("delta_perplexity", cmp.delta_perplexity());
     std::printf("%s\n", o.str().c_str());
   } else {
-    std::printf("file:          %s\ntokens:        %zu\nbytes:         %zu\nmean NLL:      %.6f nats\n"
-                "perplexity:    %.4f\nbits per byte: %.6f\n",
-                text_path.c_str(), r.tokens, bytes, r.mean_nll(), r.perplexity(), r.bits_per_byte());
+    if (ids_path.empty())
+      std::printf("file:          %s\ntokens:        %zu\nbytes:         %zu\nmean NLL:      %.6f nats\n"
+                  "perplexity:    %.4f\nbits per byte: %.6f\n",
+                  text_path.c_str(), r.tokens, bytes, r.mean_nll(), r.perplexity(), r.bits_per_byte());
+    else
+      std::printf("file:          %s\ntokens:        %zu scored (after BOS)\nmean NLL:      %.6f nats\n"
+                  "perplexity:    %.4f\nargmax agreement: %.4f (%zu of %zu positions: barato's argmax is the next id)\n",
+                  ids_path.c_str(), r.tokens, r.mean_nll(), r.perplexity(), agreement, agree, argmax.size());
     if (kld)
       std::printf("KL divergence vs fp32 (reference: fp32 weights, contiguous cache; the same %zu positions)\n"
                   "mean KLD:      %.6g ± %.2g nats (± standard error)\nmedian KLD:    %.6g nats\n"
