@@ -248,13 +248,13 @@ TEST_CASE_TEMPLATE("cache contract: bad input and capacity errors leave the cach
 TEST_CASE_TEMPLATE("cache contract: an append whose k-th allocation fails leaves the cache exactly as it was, for every k",
                    F, BARATO_POLICIES) {
   CAPTURE(F::kName);
-  const auto k = test::random_vector(60 * kHeads * kDim, 31), v = test::random_vector(60 * kHeads * kDim, 32);
+  const auto k = test::random_vector(70 * kHeads * kDim, 31), v = test::random_vector(70 * kHeads * kDim, 32);
   auto make = [&] {
     auto fx = std::make_unique<F>(kHeads, kDim, kCap);
     append_tokens(fx->cache(), k, v, 0, 40);
     return fx;
   };
-  std::size_t n = 20;  // one append: crosses a chunk / page boundary where the policy allocates
+  std::size_t n = 30;  // one append: crosses a chunk / page boundary where the policy allocates
   if constexpr (requires(typename F::Cache& c) { c.max_append(); }) n = std::min(n, make()->cache().max_append());
   const std::size_t off = 40 * kHeads * kDim, len = n * kHeads * kDim;
   auto op = [&](auto& fx) { fx->cache().append(std::span<const float>(k).subspan(off, len), std::span<const float>(v).subspan(off, len)); };
