@@ -89,16 +89,19 @@ class PagedPool {
   /// A new sequence for `prompt`: declares its tokens and reuses the longest chain of cached full
   /// blocks (at most (prompt.size() − 1) / B of them, so the last prompt token is always computed and
   /// yields logits). Allocates no block, so it cannot run out of pool. Updates `prefix_stats()`.
+  /// Strong guarantee: if an allocation throws, the pool (statistics included) is unchanged.
   [[nodiscard]] Admission admit(std::span<const Token> prompt) {
-    const SeqId id = seqs_.add();
-    PagedSequence& s = seqs_.at(id);
-    const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) {
-      alloc_.retain(b);
-      s.table.push_back(b);
-    });
+    // Strong guarantee: the sequence is built aside (every allocation), then inserted; the
+    // references taken and the statistics counted after that cannot throw.
+    PagedSequence s = seqs_.fresh();
+    const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) { s.table.push_back(b); });
     std::fill(s.len.begin(), s.len.end(), m.cached_tokens);
     s.registered = m.blocks_hit;
-    declare_tokens(id, prompt);
+    s.declare(prompt, cfg_.block_tokens);
+    const SeqId id = seqs_.insert(std::move(s));
+    PagedSequence& live = seqs_.at(id);
+    for (const BlockId b : live.table) alloc_.retain(b);
+    register_full_blocks(live);  // registers nothing new (the hit blocks are cached); cannot throw
     prefix_.count(m);
     return {id, m};
   }
@@ -127,22 +130,20 @@ class PagedPool {
     return need;
   }
   /// Records tokens at the end of the sequence's known tokens (prompt, then sampled tokens). Only
-  /// blocks whose tokens are known can be registered for prefix sharing.
+  /// blocks whose tokens are known can be registered for prefix sharing. Strong guarantee.
   void declare_tokens(SeqId id, std::span<const Token> tokens) {
     PagedSequence& s = seqs_.at(id);
     s.declare(tokens, cfg_.block_tokens);
     register_full_blocks(s);
   }
-  /// A new sequence sharing every block of `id` (counts + 1, no copy; O(blocks)).
+  /// A new sequence sharing every block of `id` (counts + 1, no copy; O(blocks)). Strong guarantee.
   [[nodiscard]] SeqId fork(SeqId id) {
-    (void)seqs_.at(id);
-    const SeqId c = seqs_.add();
-    PagedSequence& dst = seqs_.at(c);
-    dst = seqs_.at(id);  // after add(), which may move the slots (the copy keeps the pool's resource)
-    for (const BlockId b : dst.table) alloc_.retain(b);
+    const SeqId c = seqs_.insert(seqs_.copy_of(id));  // strong: copied aside, then inserted
+    for (const BlockId b : seqs_[c].table) alloc_.retain(b);
     return c;
   }
   /// Ends a sequence: every block's count drops by one; blocks reaching zero return to the free list.
+  /// Allocates nothing.
   void release(SeqId id) {
     for (const BlockId b : seqs_.at(id).table) alloc_.release(b);
     seqs_.remove(id);
@@ -165,7 +166,8 @@ class PagedPool {
   /// Appends n_new tokens of one layer given as rows [n_new, n_kv_heads, head_dim]. Copies shared
   /// blocks it writes into (copy-on-write) and takes new blocks from the free list. Throws
   /// `shape_error` for mismatched spans and `capacity_error` when the pool has too few free blocks;
-  /// in both cases nothing changed.
+  /// in both cases nothing changed. Strong guarantee also when an allocation throws: the block
+  /// table's growth is the only allocation and comes first (the prefix registry never allocates).
   void append(SeqId id, std::size_t layer, std::span<const float> k, std::span<const float> v) {
     PagedSequence& s = seqs_.at(id);
     check_layer(layer);
