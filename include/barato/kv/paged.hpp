@@ -90,10 +90,15 @@ class PagedPool {
   /// blocks (at most (prompt.size() − 1) / B of them, so the last prompt token is always computed and
   /// yields logits). Allocates no block, so it cannot run out of pool. Updates `prefix_stats()`.
   /// Strong guarantee: if an allocation throws, the pool (statistics included) is unchanged.
-  [[nodiscard]] Admission admit(std::span<const Token> prompt) {
+  /// `expected_tokens` reserves room for that many known tokens, so that declaring the tokens of a
+  /// generation up to that length allocates nothing (and cannot throw).
+  [[nodiscard]] Admission admit(std::span<const Token> prompt, std::size_t expected_tokens = 0) {
     // Strong guarantee: the sequence is built aside (every allocation), then inserted; the
     // references taken and the statistics counted after that cannot throw.
     PagedSequence s = seqs_.fresh();
+    const std::size_t known = std::max(prompt.size(), expected_tokens);
+    s.tokens.reserve(known);
+    s.hashes.reserve(known / cfg_.block_tokens);
     const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) { s.table.push_back(b); });
     std::fill(s.len.begin(), s.len.end(), m.cached_tokens);
     s.registered = m.blocks_hit;
