@@ -147,6 +147,14 @@ class PagedPool {
     for (const BlockId b : seqs_[c].table) alloc_.retain(b);
     return c;
   }
+  /// Makes room in the sequence's block table for `positions` positions, so that appends up to that
+  /// length allocate nothing (they then throw only `capacity_error` / `shape_error`, before any
+  /// change). Allocates only; changes nothing observable. Strong guarantee.
+  void reserve(SeqId id, std::size_t positions) {
+    PagedSequence& s = seqs_.at(id);
+    const std::size_t pages = (positions + cfg_.block_tokens - 1) / cfg_.block_tokens;
+    if (s.table.capacity() < pages) s.table.reserve(std::max(pages, 2 * s.table.capacity()));
+  }
   /// Ends a sequence: every block's count drops by one; blocks reaching zero return to the free list.
   /// Allocates nothing.
   void release(SeqId id) {
