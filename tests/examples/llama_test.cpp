@@ -367,3 +367,30 @@ TEST_CASE("llama: a forward whose k-th allocation fails leaves every cache as it
                                                [](const auto& sc) { return model_snapshot(*sc.m, true) + pool_snapshot(*sc.pool); }) > 0);
   }
 }
+
+TEST_CASE("llama: absurd config sizes are capacity_errors naming them, before any allocation") {
+  auto c = small_config(RopeStyle::adjacent, false);
+  CHECK(c.parameters() == c.vocab_size * c.dim + c.n_layers * (2 * c.dim * c.q_dim() + 2 * c.dim * c.kv_dim() + 3 * c.dim * c.hidden_dim + 2 * c.dim) + c.dim);
+  auto wide = c;
+  wide.dim = std::size_t{1} << 33;
+  wide.hidden_dim = std::size_t{1} << 33;
+  CHECK_THROWS_WITH_AS(wide.validate(), doctest::Contains("LlamaConfig: dim x hidden_dim = 8589934592 x 8589934592 overflows"),
+                       barato::capacity_error);
+  auto deep = c;
+  deep.n_layers = std::size_t{1} << 62;
+  CHECK_THROWS_WITH_AS(deep.validate(), doctest::Contains("n_layers x per-layer weights"), barato::capacity_error);
+  auto long_ctx = c;
+  long_ctx.seq_len = std::size_t{1} << 62;
+  CHECK_THROWS_WITH_AS(long_ctx.validate(), doctest::Contains("seq_len x head_dim (RoPE table)"), barato::capacity_error);
+  // representable, but more weights than the machine holds: 2^20 vocab x 2^16 dim alone is 2^36 floats
+  auto big = c;
+  big.vocab_size = std::size_t{1} << 20;
+  big.dim = std::size_t{1} << 16;
+  big.n_heads = 512;
+  big.n_kv_heads = 64;
+  big.head_dim = 128;
+  big.hidden_dim = std::size_t{1} << 18;
+  const std::size_t phys = barato::physical_memory_bytes();
+  if (phys != 0 && phys / 4 < big.parameters())
+    CHECK_THROWS_WITH_AS((void)random_llama_weights(big, 1), doctest::Contains("bytes of physical memory"), barato::capacity_error);
+}

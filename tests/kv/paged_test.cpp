@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "barato/attention/attend.hpp"
@@ -794,4 +795,23 @@ TEST_CASE("paged: append, fork and admit whose k-th allocation fails leave the p
     CHECK(test::check_strong_guarantee(make, [&](auto& pool) { return pool->admit(p).seq; }, snap) > 0);
     CHECK(test::check_strong_guarantee(make, [&](auto& pool) { return pool->admit(sc.other).seq; }, snap) > 0);
   }
+}
+
+TEST_CASE("paged: a pool that cannot exist is a capacity_error naming the requested and available sizes, before any allocation") {
+  CountingResource mem;
+  const auto pool_of = [&](std::size_t n_blocks, std::size_t layers) {
+    return kv::PagedPool<float>({.n_layers = layers, .n_kv_heads = 8, .head_dim = 128, .block_tokens = 16, .n_blocks = n_blocks}, &mem);
+  };
+  CHECK_THROWS_WITH_AS(pool_of(1'000'000'000'000, 32), doctest::Contains("n_blocks = 1000000000000 requested, at most 2^32 - 2 = 4294967294"),
+                       capacity_error);
+  // 2^31 blocks of 16 tokens, 32 layers, 8 heads: 2^43 rows of 1024 bytes (K and V of 128 fp32) = 2^53 bytes
+  const std::size_t phys = physical_memory_bytes();
+  if (phys != 0 && phys < (std::size_t{1} << 53))
+    CHECK_THROWS_WITH_AS(pool_of(std::size_t{1} << 31, 32),
+                         doctest::Contains(("kv::PagedPool of 2147483648 blocks of 16 tokens: 9007199254740992 bytes requested, the machine has " +
+                                            std::to_string(phys)).c_str()),
+                         capacity_error);
+  // rows that overflow std::size_t
+  CHECK_THROWS_WITH_AS(pool_of(std::size_t{1} << 31, std::size_t{1} << 40), doctest::Contains("overflows"), capacity_error);
+  CHECK(mem.allocations() == 0);
 }

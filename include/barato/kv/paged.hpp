@@ -45,9 +45,11 @@ class PagedPool {
   using block_type = typename PageStore<T>::block_type;
   using BlockId = BlockAllocator::BlockId;
   static constexpr BlockId kNoBlock = BlockAllocator::kNoBlock;
-  /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension.
+  /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension,
+  /// `capacity_error` for a pool that cannot exist (more than 2^32 − 2 blocks, a size that overflows,
+  /// more K/V bytes than the machine's physical memory; the requested and available sizes named).
   explicit PagedPool(const PagedConfig& cfg, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
-      : cfg_(cfg.checked()),
+      : cfg_(sized(cfg)),
         store_({.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .n_blocks = cfg.n_blocks, .block_tokens = cfg.block_tokens},
                cfg.head_dim, mr),
         alloc_(cfg.n_blocks, cfg.extent(), mr), prefix_(cfg.n_blocks, cfg.block_tokens, cfg.prefix_caching, mr),
@@ -245,6 +247,13 @@ class PagedPool {
     requires Element<T> { return store_.value(row_of(id, layer, h, pos)); }
 
  private:
+  /// cfg.checked(), then the K/V pages' bytes against what can exist (before any allocation).
+  static const PagedConfig& sized(const PagedConfig& cfg) {
+    const std::size_t rows = cfg.checked().elements() / cfg.head_dim;
+    const std::size_t bytes = checked_mul(rows, PageStore<T>::row_bytes(cfg.head_dim), "kv::PagedPool", "rows x K/V row bytes");
+    require_memory(bytes, "kv::PagedPool of ", cfg.n_blocks, " blocks of ", cfg.block_tokens, " tokens");
+    return cfg;
+  }
   void check_layer(std::size_t layer) const {
     require(layer < cfg_.n_layers, "kv::PagedPool: layer ", layer, " out of range (", cfg_.n_layers, " layers)");
   }
