@@ -380,7 +380,8 @@ class Llama {
   /// cache that can `reserve` (a growable cache's chunks, a paged sequence's block table, checking
   /// first that the pool has the blocks), then runs `body`. On any exception the caches are rolled
   /// back to their size on entry. With every allocation made before the first append, the body
-  /// throws only what a user observer throws, so the caches are then exactly as they were.
+  /// throws only what a user observer throws; the sizes are then rolled back, but what truncation
+  /// cannot undo stays (a kv::SlidingWindow's evicted positions, a paged copy-on-write copy).
   template <class Body>
   void rolled_back_on_error(std::span<const Token> tokens, Body&& body) {
     const std::size_t n = tokens.size(), p_start = size();
