@@ -319,8 +319,11 @@ class Llama {
 
   /// Runs `tokens` at positions size() … size()+n−1, appends their K/V and writes logits
   /// [n, vocab] (row i = next-token logits after tokens[i]). Throws `capacity_error` past
-  /// capacity(), `value_error` for ids outside the vocabulary, `shape_error` for a wrong logits size;
-  /// in every case the model is unchanged.
+  /// capacity() or past the free blocks of a paged pool, `value_error` for ids outside the
+  /// vocabulary, `shape_error` for a wrong logits size; in every case the model is unchanged. Strong
+  /// guarantee also when an allocation fails (the caches' room is reserved before the first append);
+  /// the one trace a failure can leave is reserved room (a kv::Growable's extra chunks, a block
+  /// table's capacity), never stored positions, block references or the pool's free list.
   void forward(std::span<const Token> tokens, std::span<float> logits) {
     const std::size_t n = tokens.size(), vocab = cfg_.vocab_size;
     barato::require(logits.size() == n * vocab, "Llama::forward: logits has ", logits.size(),
@@ -373,8 +376,12 @@ class Llama {
                observer_);
   }
 
-  /// Validates `tokens` (n > 0, ids in the vocabulary, room up to capacity()), then runs `body`. On
-  /// any exception the caches are rolled back to their size on entry.
+  /// Validates `tokens` (n > 0, ids in the vocabulary, room up to capacity()), makes room in every
+  /// cache that can `reserve` (a growable cache's chunks, a paged sequence's block table, checking
+  /// first that the pool has the blocks), then runs `body`. On any exception the caches are rolled
+  /// back to their size on entry. With every allocation made before the first append, the body
+  /// throws only what a user observer throws; the sizes are then rolled back, but what truncation
+  /// cannot undo stays (a kv::SlidingWindow's evicted positions, a paged copy-on-write copy).
   template <class Body>
   void rolled_back_on_error(std::span<const Token> tokens, Body&& body) {
     const std::size_t n = tokens.size(), p_start = size();
@@ -384,6 +391,14 @@ class Llama {
     for (const Token t : tokens)
       barato::require<barato::value_error>(t >= 0 && static_cast<std::size_t>(t) < cfg_.vocab_size,
                                            "Llama::forward: token id ", t, " outside [0, ", cfg_.vocab_size, ")");
+    if constexpr (requires(const Cache& k) { k.blocks_to_grow(n); k.free_blocks(); }) {
+      // one pool sequence behind every layer's view: its blocks_to_grow counts every layer
+      const std::size_t need = caches_.front().blocks_to_grow(n), free = caches_.front().free_blocks();
+      barato::require<barato::capacity_error>(need <= free, "Llama::forward: ", n, " tokens need ", need,
+                                              " free blocks of the pool, it has ", free);
+    }
+    if constexpr (requires(Cache& k) { k.reserve(n); })
+      for (auto& c : caches_) c.reserve(p_start + n);  // each strong; a failure leaves only reserved room
     try {
       body();
     } catch (...) {

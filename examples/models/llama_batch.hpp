@@ -65,6 +65,18 @@ struct PoolCaches {
   }
   /// Nothing to prepare: the scheduler admits and releases the pool's sequences.
   void begin(const barato::batch::SeqChunk&) const noexcept {}
+  /// Before a step changes anything: `capacity_error` unless the pool has the free blocks every
+  /// chunk's appends take (Σ blocks_to_grow: a block two chunks' sequences share counts for both,
+  /// as in the scheduler's accounting), then room in each sequence's block table — so the appends
+  /// of the step allocate nothing and cannot fail half-way.
+  void reserve(std::span<const barato::batch::SeqChunk> chunks) const {
+    std::size_t need = 0;
+    for (const auto& c : chunks) need += pool->blocks_to_grow(c.seq, c.tokens.size());
+    barato::require<barato::capacity_error>(need <= pool->free_blocks(), "PoolCaches: the step's ", chunks.size(),
+                                            " chunks need ", need, " free blocks, the pool has ", pool->free_blocks(),
+                                            " of ", pool->n_blocks());
+    for (const auto& c : chunks) pool->reserve(c.seq, c.pos + c.tokens.size());
+  }
   /// Rolls every layer of the chunk's sequence that holds more than n positions back to n.
   void rollback(const barato::batch::SeqChunk& c, std::size_t n) const {
     for (std::size_t l = 0; l < pool->n_layers(); ++l)
@@ -238,6 +250,10 @@ class BatchedLlama {
   /// logits size, a cache not at chunk.pos), `value_error` (token id outside the vocabulary),
   /// `capacity_error` (more tokens / chunks than the model was built for, a position past
   /// max_positions(), a full pool); in every case each cache is rolled back to its length on entry.
+  /// Over a pool (PoolCaches) the step is strong, allocation failures included: the free blocks
+  /// are checked and the block tables' room reserved before the first append, so a failure leaves
+  /// every sequence's table, every block's count and the free list as they were. Over slot caches,
+  /// sizes and contents are restored; a kv::Growable may keep chunks it grew.
   void step(const barato::batch::StepPlan& plan, std::span<float> logits) {
     const std::size_t vocab = cfg_.vocab_size;
     std::size_t want = 0;
@@ -254,6 +270,7 @@ class BatchedLlama {
                                               c.request, " reaches position ", c.pos + c.tokens.size(), ", max ",
                                               max_positions());
     }
+    if constexpr (requires { caches_.reserve(plan.chunks); }) caches_.reserve(plan.chunks);  // nothing changed yet
     std::size_t begun = 0;
     try {
       for (; begun < plan.chunks.size(); ++begun) {

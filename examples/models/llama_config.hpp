@@ -5,10 +5,12 @@
 /// are built from it; a llama2.c checkpoint's config comes from `llama2c_config`.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "barato/attention/heads.hpp"
 #include "barato/attention/rope.hpp"
 #include "barato/core/error.hpp"
+#include "barato/core/memory.hpp"
 
 namespace barato_examples {
 
@@ -37,7 +39,28 @@ struct LlamaConfig {
   /// The attention head layout.
   [[nodiscard]] barato::attention::Heads heads() const noexcept { return {n_heads, n_kv_heads, head_dim}; }
 
-  /// Throws `barato::shape_error` / `barato::value_error` for a config no decoder can run (see above).
+  /// Weights of the model (embedding, every layer's matrices and norm gains, final norm; a separate
+  /// classifier not counted). Throws `barato::capacity_error` naming the product that overflows
+  /// std::size_t, so an absurd config never wraps around to a small allocation.
+  [[nodiscard]] std::size_t parameters() const {
+    using barato::checked_mul;
+    const char* w = "LlamaConfig";
+    const std::size_t attn = checked_mul(dim, checked_mul(2, q_dim_checked(), w, "2 x q_dim"), w, "dim x 2 q_dim");
+    const std::size_t kv = checked_mul(dim, checked_mul(2, checked_mul(n_kv_heads, head_dim, w, "n_kv_heads x head_dim"), w, "2 x kv_dim"), w,
+                                       "dim x 2 kv_dim");
+    const std::size_t ffn = checked_mul(3, checked_mul(dim, hidden_dim, w, "dim x hidden_dim"), w, "3 x dim x hidden_dim");
+    const auto add = [w](std::size_t a, std::size_t b) {
+      barato::require<barato::capacity_error>(a <= SIZE_MAX - b, w, ": ", a, " + ", b, " weights overflow std::size_t");
+      return a + b;
+    };
+    const std::size_t per_layer = add(add(add(attn, kv), ffn), checked_mul(2, dim, w, "2 x dim"));
+    const std::size_t layers = checked_mul(n_layers, per_layer, w, "n_layers x per-layer weights");
+    return add(add(layers, checked_mul(vocab_size, dim, w, "vocab_size x dim")), dim);
+  }
+
+  /// Throws `barato::shape_error` / `barato::value_error` for a config no decoder can run (see above),
+  /// `barato::capacity_error` when its sizes overflow (`parameters`) or its RoPE table of seq_len ·
+  /// head_dim cannot exist.
   void validate() const {
     const auto pos = [](std::size_t v, const char* name) {
       barato::require(v > 0, "LlamaConfig: ", name, " must be > 0, got 0");
@@ -55,7 +78,14 @@ struct LlamaConfig {
     barato::require(head_dim % 2 == 0, "LlamaConfig: head_dim must be even for RoPE, got ", head_dim);
     barato::require<barato::value_error>(norm_eps > 0.0f && rope_base > 0.0f, "LlamaConfig: norm_eps (", norm_eps,
                                          ") and rope_base (", rope_base, ") must be > 0");
+    (void)parameters();
+    (void)barato::checked_mul(seq_len, head_dim, "LlamaConfig", "seq_len x head_dim (RoPE table)");
   }
+
+ private:
+  [[nodiscard]] std::size_t q_dim_checked() const { return barato::checked_mul(n_heads, head_dim, "LlamaConfig", "n_heads x head_dim"); }
+
+ public:
 };
 
 }  // namespace barato_examples

@@ -194,6 +194,9 @@ inline void fill_uniform(std::span<float> x, float a, std::uint64_t seed, int th
     int threads = 2) {
   using barato::nn::DenseLinear;
   config.validate();
+  // every weight is allocated and written: a config larger than the machine fails here, naming it
+  barato::require_memory(barato::checked_mul(config.parameters(), sizeof(float), "random_llama_weights", "weights x 4 bytes"),
+                         "random_llama_weights: ", config.parameters(), " fp32 weights");
   std::uint64_t stream = seed * 1000003ull;
   const auto dense = [&](std::size_t rows, std::size_t cols) {
     DenseLinear d(rows, cols, mr);

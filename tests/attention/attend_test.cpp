@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
 
 #include "barato/kv/contiguous.hpp"
@@ -270,4 +271,46 @@ TEST_CASE("paged == contiguous bitwise for small pages through every explicit ar
     for (const std::size_t d : {8, 40, 64})
       for (const std::size_t B : {1, 4, 8}) check_paged_equals_contiguous<Arch>(4, d, B, 70, true);
   });
+}
+
+TEST_CASE("attend edge cases: a NaN key or an inf value reaches exactly the queries that see it; equal keys average") {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+  const std::size_t hq = 4, hkv = 2, d = 8, P = 6;
+  const attention::Heads heads{.n_q = hq, .n_kv = hkv, .head_dim = d};
+  auto k = test::random_vector(P * hkv * d, 71), v = test::random_vector(P * hkv * d, 72);
+  k[(2 * hkv + 0) * d + 3] = kNaN;  // position 2, KV head 0
+  v[(4 * hkv + 1) * d + 5] = kInf;  // position 4, KV head 1
+  kv::Contiguous<float> cache(hkv, d, P);
+  cache.append(k, v);
+  const auto q = test::random_vector(P * hq * d, 73);
+  std::vector<float> out(q.size());
+  attention::attend(q, cache, heads, out);
+  for (std::size_t p = 0; p < P; ++p)
+    for (std::size_t h = 0; h < hq; ++h) {
+      CAPTURE(p);
+      CAPTURE(h);
+      const std::size_t g = h / (hq / hkv);  // the KV head of query head h
+      const bool sees_bad = (g == 0 && p >= 2) || (g == 1 && p >= 4);
+      bool finite = true;
+      for (std::size_t c = 0; c < d; ++c) finite = finite && std::isfinite(out[(p * hq + h) * d + c]);
+      CHECK(finite == !sees_bad);
+    }
+  // equal keys: every visible position weighs the same
+  std::vector<float> ke(P * hkv * d, 0.5f), ve = test::random_vector(P * hkv * d, 74);
+  kv::Contiguous<float> flat(hkv, d, P);
+  flat.append(ke, ve);
+  attention::attend(q, flat, heads, out);
+  for (std::size_t p = 0; p < P; ++p)
+    for (std::size_t h = 0; h < hq; ++h)
+      for (std::size_t c = 0; c < d; ++c) {
+        double mean = 0;
+        for (std::size_t j = 0; j <= p; ++j) mean += ve[(j * hkv + h / 2) * d + c];
+        mean /= static_cast<double>(p + 1);
+        CHECK(out[(p * hq + h) * d + c] == doctest::Approx(mean).epsilon(1e-5));
+      }
+  // a quantized cache stores the non-finite rows as zeros: every output stays finite
+  kv::Quantized<kv::Int8> qc(hkv, d, P);
+  qc.append(k, v);
+  attention::attend(q, qc, heads, out);
+  for (const float x : out) CHECK(std::isfinite(x));
 }

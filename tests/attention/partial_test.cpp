@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <span>
@@ -178,4 +179,23 @@ TEST_CASE("raise_max: rescales l and o only when the max rises and the state is 
   CHECK(seen == std::exp(2.0f - 5.0f));
   CHECK(st.l == 3.0f * std::exp(2.0f - 5.0f));
   CHECK(st.m == 5.0f);
+}
+
+TEST_CASE("partial states: empty merges are no-ops, an empty state finalizes to zeros, NaN propagates") {
+  std::vector<float> oa(4, 9.0f), ob{1, 2, 3, 4};
+  attention::PartialStats a, b;
+  attention::merge(oa, a, ob, b);  // both empty
+  CHECK(a.empty());
+  attention::finalize(oa.data(), a, 4);
+  for (const float x : oa) CHECK(x == 0.0f);
+  b.m = 1.0f;
+  b.l = 2.0f;
+  attention::merge(oa, a, ob, b);  // into an empty state: a copy
+  CHECK(a.m == 1.0f);
+  CHECK(a.l == 2.0f);
+  CHECK(oa == ob);
+  attention::PartialStats n{.m = 0.5f, .l = std::numeric_limits<float>::quiet_NaN()};
+  attention::merge(oa, a, ob, n);
+  attention::finalize(oa.data(), a, 4);
+  for (const float x : oa) CHECK(std::isnan(x));
 }

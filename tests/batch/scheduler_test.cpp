@@ -4,7 +4,7 @@
 // The fake model (batch/simulator.hpp) keeps its state in the pool's K rows, so any mix-up of
 // sequences, blocks, prefix hits or recomputation changes the output.
 
-#include "support/alloc_counter.hpp"
+#include "support/fault_injection.hpp"
 
 #include <doctest/doctest.h>
 
@@ -556,4 +556,125 @@ TEST_CASE("skewed_workload: the documented shape, reproducible from its seed") {
   for (const auto& r : c) CHECK(std::equal(r.prompt.begin(), r.prompt.begin() + 8, c[0].prompt.begin()));
   CHECK(c.back().arrival > 0);
   CHECK_THROWS_AS((void)batch::skewed_workload({.prompt_min = 0}), value_error);
+}
+
+namespace {
+/// Everything observable about a scheduler and its pool (pool sequences with ids < 64).
+template <class Sched>
+std::string scheduler_snapshot(const Sched& s, const Pool& pool) {
+  test::Snapshot snap;
+  snap("steps", s.steps())("clock", s.clock())("running", s.running())("queued", s.queued());
+  snap("padding", s.padding_slots())("free_slots", s.free_slots())("done", s.done());
+  for (batch::RequestId id = 0; id < s.requests(); ++id) {
+    const auto& m = s.metrics(id);
+    snap("status", static_cast<int>(s.status(id)))("reason", static_cast<int>(s.finish_reason(id))).range("out", s.output(id));
+    snap("gen", m.generated)("pre", m.prefill_tokens)("preempt", m.preemptions)("hit", m.prefix_hit_tokens)("stop", s.stop_token(id));
+  }
+  for (kv::SeqId q = 0; q < 64; ++q) {
+    if (!pool.is_live(q)) continue;
+    snap("seq", q).range("table", pool.block_table(q)).range("tokens", pool.tokens(q));
+    for (std::size_t l = 0; l < pool.n_layers(); ++l) snap("len", pool.size(q, l));
+  }
+  for (std::uint32_t b = 0; b < pool.n_blocks(); ++b) snap("ref", pool.refcount(b))("cached", pool.is_cached(b));
+  snap.range("free", pool.free_list())("lookups", pool.prefix_stats().lookups)("saved", pool.prefix_stats().tokens_saved);
+  return snap.str();
+}
+
+/// A workload with shared prefixes on a pool small enough to preempt.
+std::vector<Request> fault_workload() {
+  std::vector<Request> rs;
+  for (Token i = 0; i < 6; ++i) {
+    Request r;
+    r.prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, i};
+    r.max_tokens = 12 + static_cast<std::size_t>(i);
+    r.seed = 10u + static_cast<std::uint64_t>(i);
+    r.arrival = static_cast<std::size_t>(i / 2);
+    r.sampler = temperature_sampler;
+    rs.push_back(r);
+  }
+  return rs;
+}
+}  // namespace
+
+TEST_CASE("Scheduler under fault injection: submit and complete are strong for every k; schedule is basic and retries") {
+  std::vector<std::vector<Token>> control;
+  std::size_t control_preemptions = 0;
+  {
+    Pool pool(pool_config(9, 4));
+    batch::Scheduler<Pool> s(pool, {.max_slots = 4, .token_budget = 16, .prefill_chunk = 8, .max_context = 64});
+    batch::SimExecutor<> exec(pool, kVocab, test_cost());
+    for (const Request& r : fault_workload()) (void)s.submit(r);
+    (void)batch::run(s, exec, 10000);
+    REQUIRE(s.done());
+    for (batch::RequestId id = 0; id < s.requests(); ++id) {
+      control.emplace_back(s.output(id).begin(), s.output(id).end());
+      control_preemptions += s.metrics(id).preemptions;
+    }
+  }
+  CHECK(control_preemptions > 0);  // the pool is small enough that admissions and decodes compete
+
+  Pool pool(pool_config(9, 4));
+  batch::Scheduler<Pool> s(pool, {.max_slots = 4, .token_budget = 16, .prefill_chunk = 8, .max_context = 64});
+  batch::SimExecutor<> exec(pool, kVocab, test_cost());
+  std::size_t submit_faults = 0, complete_faults = 0, schedule_faults = 0;
+  for (const Request& r : fault_workload()) {
+    for (std::size_t k = 1;; ++k) {  // submit: strong
+      const std::string before = scheduler_snapshot(s, pool);
+      bool threw = false;
+      {
+        test::FailAllocation fault(k);
+        try {
+          (void)s.submit(r);
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+      }
+      if (!threw) break;
+      ++submit_faults;
+      REQUIRE(scheduler_snapshot(s, pool) == before);
+    }
+  }
+  std::vector<float> logits(4 * kVocab);
+  while (!s.done()) {
+    batch::StepPlan plan;
+    for (std::size_t k = 1;; ++k) {  // schedule: basic guarantee, a retry plans the step
+      bool threw = false;
+      {
+        test::FailAllocation fault(k);
+        try {
+          plan = s.schedule();
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+      }
+      if (!threw) break;
+      ++schedule_faults;
+    }
+    const std::span<float> rows(logits.data(), plan.logits_rows * kVocab);
+    const double seconds = exec.run(plan, rows);
+    const std::string before = scheduler_snapshot(s, pool);
+    for (std::size_t k = 1;; ++k) {  // complete: strong
+      bool threw = false;
+      {
+        test::FailAllocation fault(k);
+        try {
+          s.complete(rows, seconds);
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+      }
+      if (!threw) break;
+      ++complete_faults;
+      CAPTURE(k);
+      REQUIRE(scheduler_snapshot(s, pool) == before);
+    }
+    REQUIRE(s.steps() < 10000);
+  }
+  CHECK(submit_faults > 0);
+  CHECK(schedule_faults > 0);
+  CHECK(complete_faults > 0);  // the temperature sampler allocates
+  for (batch::RequestId id = 0; id < s.requests(); ++id) {
+    CAPTURE(id);
+    CHECK(std::vector<Token>(s.output(id).begin(), s.output(id).end()) == control[id]);
+  }
 }

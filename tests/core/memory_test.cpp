@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory_resource>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -109,4 +110,25 @@ TEST_CASE("Buffer: row(i, width) and rows(count, width) view a row-major matrix"
   CHECK(first.data() == b.data());
   CHECK(b.rows(3, 4).size() == b.size());
   CHECK(b.rows(0, 4).empty());
+}
+
+TEST_CASE("Buffer: a size that overflows or cannot exist is a capacity_error naming it, before any allocation") {
+  CountingResource mem;
+  // 2^62 floats = 2^64 bytes: the byte count would wrap around to 0
+  CHECK_THROWS_WITH_AS(Buffer<float>(std::size_t{1} << 62, &mem), doctest::Contains("4611686018427387904 x 4 overflows"),
+                       capacity_error);
+  // 2^61 floats = 2^63 bytes: representable, but more than one object may span
+  CHECK_THROWS_WITH_AS(Buffer<float>(std::size_t{1} << 61, &mem), doctest::Contains("9223372036854775808 bytes requested"),
+                       capacity_error);
+  const std::size_t phys = physical_memory_bytes();
+  if (phys != 0) {
+    CHECK_THROWS_WITH_AS(Buffer<std::uint8_t>(phys + 1, &mem),
+                         doctest::Contains((std::to_string(phys + 1) + " bytes requested, the machine has " + std::to_string(phys)).c_str()),
+                         capacity_error);
+  }
+  CHECK(mem.allocations() == 0);
+  CHECK(checked_mul(std::size_t{1} << 31, std::size_t{1} << 32, "t", "x") == std::size_t{1} << 63);
+  CHECK_THROWS_WITH_AS((void)checked_mul(std::size_t{1} << 32, std::size_t{1} << 32, "here", "a x b"),
+                       doctest::Contains("here: a x b = 4294967296 x 4294967296 overflows"), capacity_error);
+  CHECK(checked_mul(SIZE_MAX, 0, "t", "x") == 0);
 }

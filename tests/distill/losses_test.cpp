@@ -167,3 +167,20 @@ TEST_CASE("bad input: NaN, sizes, alpha, target, temperature") {
   CHECK_THROWS_AS((void)cross_entropy_gradient(a, 3, g), value_error);
   CHECK_THROWS_AS((void)cross_entropy_gradient(a, 0, std::vector<float>(2)), shape_error);
 }
+
+TEST_CASE("losses on all-equal, subnormal and empty rows: exact zeros, log(vocab), value_error") {
+  const std::vector<float> eq(10, 1.25f), eq2(10, -7.0f), empty;
+  CHECK(kl_divergence(eq, eq2) == 0.0);  // equal rows shifted by a constant: the same distribution
+  CHECK(jsd(eq, eq2) == 0.0);
+  CHECK(cross_entropy(eq, 3) == doctest::Approx(std::log(10.0)).epsilon(1e-12));
+  std::vector<float> g(10, 9.0f);
+  CHECK(kd_gradient(eq, eq2, KdOptions{}, g) == 0.0);
+  for (const float x : g) CHECK(x == 0.0f);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> sub{tiny, 0.0f, -tiny, tiny}, eq4(4, 3.0f);
+  CHECK(std::isfinite(kl_divergence(sub, eq4)));
+  CHECK(std::abs(kl_divergence(sub, eq4)) <= 1e-12);  // subnormal logits are a uniform row up to rounding
+  CHECK_THROWS_AS((void)kl_divergence(empty, empty), shape_error);  // an empty row is a shape error (softmax.hpp)
+  CHECK_THROWS_AS((void)jsd(empty, empty), shape_error);
+  CHECK_THROWS_AS((void)cross_entropy(empty, 0), value_error);  // target 0 is outside [0, 0): checked first
+}

@@ -18,7 +18,7 @@
 #include "barato/quant/linear.hpp"
 #include "models/llama.hpp"
 #include "models/llama_batch.hpp"
-#include "support/alloc_counter.hpp"
+#include "support/fault_injection.hpp"
 
 using namespace barato_examples;
 namespace batch = barato::batch;
@@ -304,5 +304,69 @@ TEST_CASE("cascade attention in the batched step: forked sequences share pages; 
         CHECK(am0 == am1);
         if (r == 4) CHECK(diff == 0.0f);  // the unshared sequence takes plain attention: bitwise
       }
+  }
+}
+
+namespace {
+std::string pool_state(const kv::PagedPool<float>& pool) {
+  barato::test::Snapshot s;
+  for (kv::SeqId q = 0; q < 8; ++q) {
+    if (!pool.is_live(q)) continue;
+    s("seq", q).range("table", pool.block_table(q));
+    for (std::size_t l = 0; l < pool.n_layers(); ++l) {
+      s("len", pool.size(q, l));
+      for (std::size_t h = 0; h < pool.n_kv_heads(); ++h)
+        for (std::size_t p = 0; p < pool.size(q, l); ++p) s.range("k", pool.key(q, l, h, p)).range("v", pool.value(q, l, h, p));
+    }
+  }
+  for (std::uint32_t b = 0; b < pool.n_blocks(); ++b) s("ref", pool.refcount(b))("cached", pool.is_cached(b));
+  s.range("free", pool.free_list())("registered", pool.prefix_stats().blocks_registered);
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("batched step over a pool whose k-th allocation fails leaves the pool exactly as it was, for every k") {
+  const auto w = random_llama_weights(small_config(), 13);
+  const std::size_t V = w.config.vocab_size;
+  const auto prompt = tokens_of(10, V, 1), more_a = tokens_of(12, V, 2), more_b = tokens_of(1, V, 3), fresh = tokens_of(9, V, 4);
+  struct Scene {
+    std::unique_ptr<kv::PagedPool<float>> pool;
+    std::unique_ptr<BatchedLlama<PoolCaches<float>>> model;
+  };
+  auto make = [&] {
+    Scene sc;
+    sc.pool = std::make_unique<kv::PagedPool<float>>(kv::PagedConfig{
+        .n_layers = w.config.n_layers, .n_kv_heads = w.config.n_kv_heads, .head_dim = w.config.head_dim, .block_tokens = 4, .n_blocks = 24});
+    const kv::SeqId a = sc.pool->add_sequence();
+    sc.model = std::make_unique<BatchedLlama<PoolCaches<float>>>(w, PoolCaches<float>{sc.pool.get()},
+                                                                 BatchedLlamaOptions{.threads = 1, .max_tokens = 32, .max_chunks = 4});
+    std::vector<batch::SeqChunk> c{{.seq = a, .pos = 0, .tokens = prompt, .wants_logits = true}};
+    std::vector<float> l(V);
+    sc.model->step({.chunks = c, .logits_rows = 1}, l);
+    (void)sc.pool->fork(a);           // seq 1 shares a's pages, the partial third one included
+    (void)sc.pool->add_sequence();    // seq 2: empty
+    return sc;
+  };
+  // a: 12 tokens (copy-on-write of page 2, then new pages); b (the fork): a decode into the shared
+  // partial page; c: a first chunk into an empty sequence
+  const std::vector<batch::SeqChunk> chunks{{.request = 0, .seq = 0, .pos = 10, .tokens = more_a, .wants_logits = true},
+                                            {.request = 1, .seq = 1, .pos = 10, .tokens = more_b, .wants_logits = true, .decode = true},
+                                            {.request = 2, .seq = 2, .pos = 0, .tokens = fresh, .wants_logits = true}};
+  std::vector<float> logits(3 * V);
+  auto op = [&](Scene& sc) {
+    sc.model->step({.chunks = chunks, .logits_rows = 3}, logits);
+    return std::span<const float>(logits);
+  };
+  auto snap = [](const Scene& sc) { return pool_state(*sc.pool); };
+  CHECK(barato::test::check_strong_guarantee(make, op, snap) > 0);
+
+  SUBCASE("a pool without the blocks for the whole step: capacity_error before any change") {
+    Scene sc = make();
+    const kv::SeqId hog = sc.pool->add_sequence();
+    std::vector<float> k(sc.pool->free_blocks() * 4 * w.config.n_kv_heads * w.config.head_dim - w.config.n_kv_heads * w.config.head_dim);
+    for (std::size_t l = 0; l < w.config.n_layers; ++l) sc.pool->append(hog, l, k, k);  // one token's room left
+    const std::string before = pool_state(*sc.pool);
+    CHECK_THROWS_AS(sc.model->step({.chunks = chunks, .logits_rows = 3}, logits), barato::capacity_error);
+    CHECK(pool_state(*sc.pool) == before);
   }
 }

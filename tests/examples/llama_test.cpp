@@ -11,12 +11,14 @@
 #include <memory>
 #include <vector>
 
+#include "barato/kv/growable.hpp"
 #include "barato/kv/paged.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "models/generate.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/fault_injection.hpp"
 #include "support/llama_reference.hpp"
 #include "support/reference.hpp"
 #include "support/reference_file.hpp"
@@ -273,4 +275,122 @@ TEST_CASE("llama: stories260K prefill logits match the scalar reference") {
     lr.insert(lr.end(), r.begin(), r.end());
   }
   CHECK(barato::test::max_rel_diff(lb, lr) < kLogitRelTol);
+}
+
+namespace {
+template <class T>
+void snap_block(barato::test::Snapshot& s, const barato::kv::DenseBlock<T>& b, std::size_t d) {
+  s("pos0", b.pos0)("n", b.n);
+  for (std::size_t r = 0; r < b.n; ++r)
+    s.range("k", std::span<const T>(b.k + r * b.stride, d)).range("v", std::span<const T>(b.v + r * b.stride, d));
+}
+template <class T>
+void snap_block(barato::test::Snapshot& s, const barato::kv::PagedBlock<T>& b, std::size_t d) {
+  for (std::size_t i = 0; i < b.pages(); ++i) snap_block(s, b.page(i), d);
+}
+/// Every cache's size, reserved bytes (unless `with_reserved` is false) and stored K/V rows.
+template <class M>
+std::string model_snapshot(const M& m, bool with_reserved) {
+  barato::test::Snapshot s;
+  s("size", m.size());
+  for (const auto& c : m.caches()) {
+    s("len", c.size());
+    if (with_reserved) s("reserved", c.bytes_reserved());
+    for (std::size_t h = 0; h < c.n_kv_heads(); ++h) c.for_each_block(h, [&](const auto& b) { snap_block(s, b, c.head_dim()); });
+  }
+  return s.str();
+}
+std::string pool_snapshot(const barato::kv::PagedPool<float>& pool) {
+  barato::test::Snapshot s;
+  for (barato::kv::SeqId q = 0; q < 4; ++q)
+    if (pool.is_live(q)) s("seq", q).range("table", pool.block_table(q));
+  for (std::uint32_t b = 0; b < pool.n_blocks(); ++b) s("ref", pool.refcount(b))("cached", pool.is_cached(b));
+  s.range("free", pool.free_list())("registered", pool.prefix_stats().blocks_registered);
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("llama: a forward whose k-th allocation fails leaves every cache as it was, for every k; then gives the same logits") {
+  auto c = small_config(RopeStyle::adjacent, false);
+  const auto w = random_llama_weights(c, 9);
+  const auto prompt = random_tokens(12, c.vocab_size, 3), more = random_tokens(21, c.vocab_size, 4);
+  // 21 tokens in chunks of 8: three appends per layer, the failure can come after earlier chunks
+  std::vector<float> logits(more.size() * c.vocab_size);  // outside the op: the op's allocations are the model's
+  auto run = [&](auto& m) {
+    m.forward(more, logits);
+    return std::span<const float>(logits);  // read (snapshot) right after each successful run
+  };
+  SUBCASE("contiguous: the forward allocates nothing") {
+    auto make = [&] {
+      auto m = std::make_unique<Llama<Cache>>(w, make_contiguous_caches(c, 64), LlamaOptions{.threads = 1, .max_chunk = 8});
+      std::vector<float> l(c.vocab_size);
+      m->forward_last(prompt, l);
+      return m;
+    };
+    CHECK(barato::test::check_strong_guarantee(make, [&](auto& m) { return run(*m); },
+                                               [](const auto& m) { return model_snapshot(*m, true); }) == 0);
+  }
+  SUBCASE("growable: every chunk is allocated before the first append") {
+    using G = barato::kv::Growable<float>;
+    auto make = [&] {
+      std::vector<G> caches;
+      for (std::size_t l = 0; l < c.n_layers; ++l) caches.emplace_back(c.n_kv_heads, c.head_dim, 8);
+      auto m = std::make_unique<Llama<G>>(w, std::move(caches), LlamaOptions{.threads = 1, .max_chunk = 8});
+      std::vector<float> l(c.vocab_size);
+      m->forward_last(prompt, l);
+      return m;
+    };
+    // reserved chunks may stay after a failure (documented); positions and K/V may not change
+    CHECK(barato::test::check_strong_guarantee(make, [&](auto& m) { return run(*m); },
+                                               [](const auto& m) { return model_snapshot(*m, false); }) > 0);
+  }
+  SUBCASE("paged, forked sequence: copy-on-write of the shared partial page") {
+    using View = barato::kv::PagedView<float>;
+    struct Scene {
+      std::unique_ptr<barato::kv::PagedPool<float>> pool;
+      std::unique_ptr<Llama<View>> m;
+    };
+    auto make = [&] {
+      Scene sc;
+      sc.pool = std::make_unique<barato::kv::PagedPool<float>>(barato::kv::PagedConfig{
+          .n_layers = c.n_layers, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .block_tokens = 8, .n_blocks = 16});
+      const auto seq = sc.pool->admit(prompt).seq;
+      std::vector<View> views;
+      for (std::size_t l = 0; l < c.n_layers; ++l) views.push_back(sc.pool->view(seq, l));
+      sc.m = std::make_unique<Llama<View>>(w, std::move(views), LlamaOptions{.threads = 1, .max_chunk = 8});
+      std::vector<float> l(c.vocab_size);
+      sc.m->forward_last(prompt, l);
+      (void)sc.pool->fork(seq);  // pages 0 (full) and 1 (partial) are now shared
+      return sc;
+    };
+    CHECK(barato::test::check_strong_guarantee(make, [&](auto& sc) { return run(*sc.m); },
+                                               [](const auto& sc) { return model_snapshot(*sc.m, true) + pool_snapshot(*sc.pool); }) > 0);
+  }
+}
+
+TEST_CASE("llama: absurd config sizes are capacity_errors naming them, before any allocation") {
+  auto c = small_config(RopeStyle::adjacent, false);
+  CHECK(c.parameters() == c.vocab_size * c.dim + c.n_layers * (2 * c.dim * c.q_dim() + 2 * c.dim * c.kv_dim() + 3 * c.dim * c.hidden_dim + 2 * c.dim) + c.dim);
+  auto wide = c;
+  wide.dim = std::size_t{1} << 33;
+  wide.hidden_dim = std::size_t{1} << 33;
+  CHECK_THROWS_WITH_AS(wide.validate(), doctest::Contains("LlamaConfig: dim x hidden_dim = 8589934592 x 8589934592 overflows"),
+                       barato::capacity_error);
+  auto deep = c;
+  deep.n_layers = std::size_t{1} << 62;
+  CHECK_THROWS_WITH_AS(deep.validate(), doctest::Contains("n_layers x per-layer weights"), barato::capacity_error);
+  auto long_ctx = c;
+  long_ctx.seq_len = std::size_t{1} << 62;
+  CHECK_THROWS_WITH_AS(long_ctx.validate(), doctest::Contains("seq_len x head_dim (RoPE table)"), barato::capacity_error);
+  // representable, but more weights than the machine holds: 2^20 vocab x 2^16 dim alone is 2^36 floats
+  auto big = c;
+  big.vocab_size = std::size_t{1} << 20;
+  big.dim = std::size_t{1} << 16;
+  big.n_heads = 512;
+  big.n_kv_heads = 64;
+  big.head_dim = 128;
+  big.hidden_dim = std::size_t{1} << 18;
+  const std::size_t phys = barato::physical_memory_bytes();
+  if (phys != 0 && phys / 4 < big.parameters())
+    CHECK_THROWS_WITH_AS((void)random_llama_weights(big, 1), doctest::Contains("bytes of physical memory"), barato::capacity_error);
 }

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "barato/attention/attend.hpp"
 #include "kv/policy_fixtures.hpp"
+#include "support/fault_injection.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -241,6 +243,36 @@ TEST_CASE_TEMPLATE("cache contract: bad input and capacity errors leave the cach
     CHECK_THROWS_AS(c.append(big, big), shape_error);
     unchanged();
   }
+}
+
+TEST_CASE_TEMPLATE("cache contract: an append whose k-th allocation fails leaves the cache exactly as it was, for every k",
+                   F, BARATO_POLICIES) {
+  CAPTURE(F::kName);
+  const auto k = test::random_vector(70 * kHeads * kDim, 31), v = test::random_vector(70 * kHeads * kDim, 32);
+  auto make = [&] {
+    auto fx = std::make_unique<F>(kHeads, kDim, kCap);
+    append_tokens(fx->cache(), k, v, 0, 40);
+    return fx;
+  };
+  std::size_t n = 30;  // one append: crosses a chunk / page boundary where the policy allocates
+  if constexpr (requires(typename F::Cache& c) { c.max_append(); }) n = std::min(n, make()->cache().max_append());
+  const std::size_t off = 40 * kHeads * kDim, len = n * kHeads * kDim;
+  auto op = [&](auto& fx) { fx->cache().append(std::span<const float>(k).subspan(off, len), std::span<const float>(v).subspan(off, len)); };
+  auto snap = [&](const auto& fx) {
+    const auto& c = fx->cache();
+    test::Snapshot s;
+    s("size", c.size())("used", c.bytes_used())("reserved", c.bytes_reserved());
+    for (std::size_t h = 0; h < kHeads; ++h) {
+      const Stored st = stored(c, h);
+      s.range("pos", st.pos).range("k", st.k).range("v", st.v)("blocks", st.blocks);
+    }
+    return s.str();
+  };
+  const std::size_t faults = test::check_strong_guarantee(make, op, snap);
+  // Growable chunks and paged block tables allocate here; the pre-allocated policies never do.
+  const std::string name = F::kName;
+  if (name == "growable" || name.starts_with("paged")) CHECK(faults > 0);
+  else CHECK(faults == 0);
 }
 
 TEST_CASE("AttentionWindow::visible_rows: the sub-ranges are exactly the rows the mask lets through") {

@@ -158,3 +158,19 @@ TEST_CASE_TEMPLATE("fp16 / bf16 storage round trip within half an ulp of the for
         REQUIRE(c.key(h, p)[i] == static_cast<T>(kx));  // round to nearest even, as Eigen converts
       }
 }
+
+TEST_CASE("a context that cannot exist is a capacity_error naming the requested and available sizes, before any allocation") {
+  CountingResource mem;
+  // 2^31 tokens x 8 heads x 128 x 4 bytes x (K, V) = 2^44 bytes (16 TiB)
+  const std::size_t phys = physical_memory_bytes();
+  if (phys != 0 && phys < (std::size_t{1} << 44)) {
+    CHECK_THROWS_WITH_AS(kv::Contiguous<float>(8, 128, std::size_t{1} << 31, &mem),
+                         doctest::Contains(("kv::Contiguous of capacity 2147483648 tokens: 17592186044416 bytes requested, the machine has " +
+                                            std::to_string(phys)).c_str()),
+                         capacity_error);
+  }
+  // sizes whose product wraps around
+  CHECK_THROWS_WITH_AS(kv::Contiguous<float>(std::size_t{1} << 32, 128, std::size_t{1} << 32, &mem),
+                       doctest::Contains("kv::Contiguous: n_kv_heads x capacity = 4294967296 x 4294967296 overflows"), capacity_error);
+  CHECK(mem.allocations() == 0);
+}

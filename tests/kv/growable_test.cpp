@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <new>
 
 #include "barato/core/memory.hpp"
@@ -80,4 +82,13 @@ TEST_CASE("growable: a growth failure (limit or allocator) leaves the cache unch
   CHECK(lim.size() == 5);
   CHECK(lim.n_chunks() == 2);
   CHECK_THROWS_AS(kv::Growable<float>(0, 8), shape_error);
+}
+
+TEST_CASE("growable: a chunk that cannot exist is a capacity_error at construction") {
+  CHECK_THROWS_WITH_AS(barato::kv::Growable<float>(std::size_t{1} << 40, std::size_t{1} << 20, std::size_t{1} << 10),
+                       doctest::Contains("overflows"), barato::capacity_error);
+  const std::size_t phys = barato::physical_memory_bytes();
+  if (phys != 0 && phys < (std::size_t{1} << 44))
+    CHECK_THROWS_WITH_AS(barato::kv::Growable<float>(8, 128, std::size_t{1} << 31), doctest::Contains("kv::Growable chunk of 2147483648 tokens"),
+                         barato::capacity_error);
 }

@@ -41,3 +41,27 @@ TEST_CASE_TEMPLATE("quantize_row: the largest magnitude gets kMaxCode, codes cla
   CHECK(kv::quantize_row<F>(inf, 3, z.data()) == 0.0f);
   for (std::size_t c = 0; c < 3; ++c) CHECK(F::code(z.data(), c) == 0);
 }
+
+TEST_CASE_TEMPLATE("quantize_row edge cases: NaN anywhere, -inf, all zeros, -0 and subnormals never give a NaN scale", F,
+                   kv::Int8, kv::Int4) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  auto zeros = [](const std::vector<float>& x) {
+    std::vector<std::uint8_t> out(F::row_bytes(x.size()), 0xFF);
+    const float s = kv::quantize_row<F>(x.data(), x.size(), out.data());
+    bool all_zero = true;
+    for (std::size_t c = 0; c < x.size(); ++c) all_zero = all_zero && F::code(out.data(), c) == 0;
+    return s == 0.0f && all_zero;
+  };
+  // a NaN is invisible to max(): it must still turn the row into zeros, wherever it is
+  CHECK(zeros({kNaN, 1.0f, 2.0f}));
+  CHECK(zeros({1.0f, 2.0f, kNaN}));
+  CHECK(zeros({3.0f, -kInf, 1.0f}));
+  CHECK(zeros({0.0f, 0.0f, 0.0f, 0.0f}));
+  CHECK(zeros({-0.0f, -0.0f, 0.0f}));
+  std::vector<std::uint8_t> out(F::row_bytes(3));
+  const float s = kv::quantize_row<F>(std::vector<float>{tiny, -tiny, 0.0f}.data(), 3, out.data());
+  CHECK(std::isfinite(s));
+  CHECK(s >= 0.0f);
+  CHECK(std::abs(s * static_cast<float>(F::code(out.data(), 0)) - tiny) <= tiny);  // within one subnormal step
+}

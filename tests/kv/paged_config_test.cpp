@@ -15,5 +15,5 @@ TEST_CASE("paged config: the extent defaults to 2048 tokens' worth of blocks; ze
   const kv::PagedConfig too_many{.n_kv_heads = 1, .head_dim = 8, .n_blocks = 0xFFFFFFFFu};  // ids are 32-bit
   CHECK_THROWS_AS((void)no_blocks.checked(), shape_error);
   CHECK_THROWS_AS((void)no_heads.checked(), shape_error);
-  CHECK_THROWS_AS((void)too_many.checked(), shape_error);
+  CHECK_THROWS_AS((void)too_many.checked(), capacity_error);
 }

@@ -6,13 +6,14 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "barato/attention/attend.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/kv/quantized.hpp"
-#include "support/alloc_counter.hpp"
+#include "support/fault_injection.hpp"
 #include "support/reference.hpp"
 
 using namespace barato;
@@ -690,4 +691,127 @@ TEST_CASE("paged: every allocation of a pool's lifetime goes through its memory 
   CHECK(tables > 0);                    // the metadata is counted ...
   CHECK(news == mem.allocations());     // ... and nothing the pool owns bypasses the resource
   CHECK(mem.current() == 0);            // everything was returned
+}
+
+namespace {
+/// Everything observable about a pool: each sequence's lengths, table, known tokens and stored K/V
+/// rows; every block's count and cached bit; the free list; the registry (its size, statistics and
+/// what `blocks_to_admit` finds for `probes`, which sees the index and the evicted set).
+std::string full_snapshot(const kv::PagedPool<float>& pool, const std::vector<SeqId>& ids,
+                          const std::vector<std::vector<Token>>& probes) {
+  test::Snapshot s;
+  for (const SeqId id : ids) {
+    s("live", pool.is_live(id));
+    if (!pool.is_live(id)) continue;
+    s.range("table", pool.block_table(id)).range("tokens", pool.tokens(id));
+    for (std::size_t l = 0; l < pool.n_layers(); ++l) {
+      s("len", pool.size(id, l));
+      for (std::size_t h = 0; h < pool.n_kv_heads(); ++h)
+        for (std::size_t p = 0; p < pool.size(id, l); ++p) s.range("k", pool.key(id, l, h, p)).range("v", pool.value(id, l, h, p));
+    }
+  }
+  for (std::uint32_t b = 0; b < pool.n_blocks(); ++b) s("ref", pool.refcount(b))("cached", pool.is_cached(b));
+  s.range("free", pool.free_list())("n_free", pool.free_blocks())("n_cached", pool.cached_blocks());
+  const auto& st = pool.prefix_stats();
+  s("lookups", st.lookups)("hit", st.lookups_with_hit)("blocks_hit", st.blocks_hit)("saved", st.tokens_saved);
+  s("full", st.stop_full)("short", st.miss_too_short)("differs", st.miss_differs)("evicted", st.miss_evicted);
+  s("n_evicted", st.blocks_evicted)("registered", st.blocks_registered)("bytes_used", pool.bytes_used());
+  for (const auto& pr : probes) {
+    const auto c = pool.blocks_to_admit(pr);
+    s("probe_hit", c.match.blocks_hit)("probe_stop", static_cast<int>(c.match.stop))("probe_blocks", c.blocks);
+  }
+  return s.str();
+}
+
+/// A pool in a state every strong-guarantee operation can act on: sequence 0 (a system prompt + a
+/// tail, its first two blocks cached and block 2 partial), its fork 1, and a released sequence whose
+/// three full blocks stay cached on the free list; 3 clean blocks remain free.
+struct FaultScene {
+  Shape s;
+  std::vector<Token> sys, a, other;
+  FaultScene() {
+    for (Token i = 0; i < 40; ++i) sys.push_back(100 + i);
+    a = sys;
+    a.insert(a.end(), 5, 1);  // 45 tokens: blocks 0, 1 full, block 2 partial
+    other.assign(3 * s.B + 1, 9);
+  }
+  [[nodiscard]] std::unique_ptr<kv::PagedPool<float>> make() const {
+    auto pool = std::make_unique<kv::PagedPool<float>>(
+        kv::PagedConfig{.n_layers = s.L, .n_kv_heads = s.H, .head_dim = s.d, .block_tokens = s.B, .n_blocks = 10});
+    const SeqId a0 = pool->admit(a).seq;  // id 0
+    fill(*pool, a0, a, s);
+    (void)pool->fork(a0);  // id 1
+    const SeqId o = pool->admit(other).seq;  // id 2
+    fill(*pool, o, other, s);
+    pool->release(o);
+    REQUIRE(pool->free_blocks() == 7);
+    return pool;
+  }
+  [[nodiscard]] std::vector<std::vector<Token>> probes() const {
+    auto longer = a;
+    longer.insert(longer.end(), 30, 1);
+    return {a, longer, other, sys};
+  }
+  [[nodiscard]] std::string snap(const kv::PagedPool<float>& pool) const { return full_snapshot(pool, {0, 1, 2, 3}, probes()); }
+};
+}  // namespace
+
+TEST_CASE("paged: append, fork and admit whose k-th allocation fails leave the pool exactly as it was, for every k") {
+  const FaultScene sc;
+  auto snap = [&](const auto& pool) { return sc.snap(*pool); };
+  auto make = [&] { return sc.make(); };
+  SUBCASE("append: copy-on-write of a shared block, then a full block is registered") {
+    // Sequence 0 completes block 2 (shared with its fork): layer 0 first, then the faulted layer 1.
+    auto tokens = sc.a;
+    tokens.insert(tokens.end(), 11, 1);
+    auto prepared = [&] {
+      auto pool = sc.make();
+      pool->declare_tokens(0, std::span<const Token>(tokens).subspan(sc.a.size()));
+      std::vector<float> k, v;
+      rows_for(tokens, 0, sc.a.size(), tokens.size(), sc.s, k, v);
+      pool->append(0, 0, k, v);
+      return pool;
+    };
+    std::vector<float> k, v;
+    rows_for(tokens, 1, sc.a.size(), tokens.size(), sc.s, k, v);
+    // Regression: the registry's hash map allocated a node when the block was registered, after the
+    // copy had replaced the shared block — a fault left the table pointing at a half-made state.
+    // The registry now allocates only at construction, so this append allocates nothing at all.
+    CHECK(test::check_strong_guarantee(prepared, [&](auto& pool) { pool->append(0, 1, k, v); }, snap) == 0);
+  }
+  SUBCASE("append: new pages reclaim cached free blocks (evictions)") {
+    auto tokens = sc.a;
+    tokens.insert(tokens.end(), 90, 1);  // 135 tokens: a copy of page 2 + 6 new pages, 4 from cached blocks
+    std::vector<float> k, v;
+    rows_for(tokens, 0, sc.a.size(), tokens.size(), sc.s, k, v);
+    CHECK(test::check_strong_guarantee(make, [&](auto& pool) { pool->append(0, 0, k, v); }, snap) > 0);
+  }
+  SUBCASE("fork") {
+    CHECK(test::check_strong_guarantee(make, [](auto& pool) { return pool->fork(0); }, snap) > 0);
+  }
+  SUBCASE("admit with a prefix hit (two cached blocks) and a hit on a free cached block") {
+    auto p = sc.sys;
+    p.insert(p.end(), 3, 7);
+    CHECK(test::check_strong_guarantee(make, [&](auto& pool) { return pool->admit(p).seq; }, snap) > 0);
+    CHECK(test::check_strong_guarantee(make, [&](auto& pool) { return pool->admit(sc.other).seq; }, snap) > 0);
+  }
+}
+
+TEST_CASE("paged: a pool that cannot exist is a capacity_error naming the requested and available sizes, before any allocation") {
+  CountingResource mem;
+  const auto pool_of = [&](std::size_t n_blocks, std::size_t layers) {
+    return kv::PagedPool<float>({.n_layers = layers, .n_kv_heads = 8, .head_dim = 128, .block_tokens = 16, .n_blocks = n_blocks}, &mem);
+  };
+  CHECK_THROWS_WITH_AS(pool_of(1'000'000'000'000, 32), doctest::Contains("n_blocks = 1000000000000 requested, at most 2^32 - 2 = 4294967294"),
+                       capacity_error);
+  // 2^31 blocks of 16 tokens, 32 layers, 8 heads: 2^43 rows of 1024 bytes (K and V of 128 fp32) = 2^53 bytes
+  const std::size_t phys = physical_memory_bytes();
+  if (phys != 0 && phys < (std::size_t{1} << 53))
+    CHECK_THROWS_WITH_AS(pool_of(std::size_t{1} << 31, 32),
+                         doctest::Contains(("kv::PagedPool of 2147483648 blocks of 16 tokens: 9007199254740992 bytes requested, the machine has " +
+                                            std::to_string(phys)).c_str()),
+                         capacity_error);
+  // rows that overflow std::size_t
+  CHECK_THROWS_WITH_AS(pool_of(std::size_t{1} << 31, std::size_t{1} << 40), doctest::Contains("overflows"), capacity_error);
+  CHECK(mem.allocations() == 0);
 }

@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <iterator>
+#include <map>
+#include <random>
 #include <vector>
 
 #include "barato/core/memory.hpp"
@@ -20,7 +23,7 @@ TEST_CASE("prefix hash chains: equal hash means equal whole prefix, not only an 
 }
 
 TEST_CASE("prefix index: insert, find, erase as eviction vs modification; statistics by stop reason") {
-  kv::PrefixIndex idx;
+  kv::PrefixIndex idx(16);
   CHECK(idx.find(42) == kv::PrefixIndex::kNone);
   CHECK(idx.insert(42, 7));
   CHECK_FALSE(idx.insert(42, 8));  // first block registered under a prefix wins
@@ -62,16 +65,63 @@ TEST_CASE("extend_hash_chain: one hash per full block, each chained to the one b
   CHECK(h[2] == kv::block_hash(h[1], std::vector<Token>{5, 6}));
 }
 
-TEST_CASE("prefix index: both of its sets allocate from the given resource") {
+TEST_CASE("prefix index: allocates from the given resource at construction only, for any sequence of operations") {
   CountingResource mem;
   {
-    kv::PrefixIndex idx(&mem);
-    for (std::uint64_t i = 0; i < 100; ++i) CHECK(idx.insert(i, static_cast<std::uint32_t>(i)));
-    const std::size_t map_only = mem.current();
-    CHECK(map_only > 0);
-    for (std::uint64_t i = 0; i < 50; ++i) idx.erase(i, /*evicted=*/true);
-    CHECK(idx.was_evicted(3));
-    CHECK(mem.allocations() > 100);  // nodes of both sets
+    kv::PrefixIndex idx(100, &mem);
+    const std::size_t built = mem.allocations();
+    CHECK(mem.current() > 0);
+    for (std::uint64_t i = 0; i < 100; ++i) CHECK(idx.insert(kv::detail::mix64(i), static_cast<std::uint32_t>(i)));
+    for (std::uint64_t i = 0; i < 50; ++i) idx.erase(kv::detail::mix64(i), /*evicted=*/true);
+    CHECK(idx.was_evicted(kv::detail::mix64(3)));
+    CHECK(idx.size() == 50);
+    CHECK(mem.allocations() == built);
   }
   CHECK(mem.current() == 0);
+}
+
+TEST_CASE("prefix index: matches a reference map and set over random inserts and erases (colliding home slots included)") {
+  // 64 blocks in 128 slots; keys share their low bits often (i << 7 | small) so probe runs wrap and
+  // backward-shift deletion is exercised.
+  constexpr std::uint32_t kBlocks = 64;
+  kv::PrefixIndex idx(kBlocks);
+  std::map<std::uint64_t, std::uint32_t> ref;           // registered hash -> block
+  std::map<std::uint32_t, std::uint64_t> ref_evicted;   // block -> hash last evicted from it
+  std::mt19937_64 rng(7);
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t i = 0; i < 200; ++i) keys.push_back((rng() << 7) | (rng() % 5) | (i % 2 == 0 ? 127 : 0));
+  auto block_free = [&](std::uint32_t b) {
+    for (const auto& [k, v] : ref)
+      if (v == b) return false;
+    return true;
+  };
+  for (int step = 0; step < 20000; ++step) {
+    const std::uint64_t key = keys[rng() % keys.size()];
+    const auto it = ref.find(key);
+    if (rng() % 2 == 0 && ref.size() < kBlocks) {
+      const auto b = static_cast<std::uint32_t>(rng() % kBlocks);
+      if (!block_free(b)) continue;  // a block holds one registered hash at a time
+      const bool added = idx.insert(key, b);
+      CHECK(added == (it == ref.end()));
+      if (added) {
+        ref[key] = b;
+        for (auto e = ref_evicted.begin(); e != ref_evicted.end();)
+          e = e->second == key ? ref_evicted.erase(e) : std::next(e);
+      }
+    } else if (it != ref.end()) {
+      const bool evicted = rng() % 2 == 0;
+      idx.erase(key, evicted);
+      if (evicted) ref_evicted[it->second] = key;
+      ref.erase(it);
+    }
+    REQUIRE(idx.size() == ref.size());
+    if (step % 97 == 0)
+      for (const std::uint64_t k : keys) {
+        const auto r = ref.find(k);
+        REQUIRE(idx.find(k) == (r == ref.end() ? kv::PrefixIndex::kNone : r->second));
+        bool ev = false;
+        for (const auto& [b, h] : ref_evicted) ev = ev || h == k;
+        REQUIRE(idx.was_evicted(k) == ev);
+      }
+  }
 }

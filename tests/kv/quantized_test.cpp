@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <cmath>
 #include <vector>
 
@@ -117,4 +119,17 @@ TEST_CASE_TEMPLATE("quantized attention equals double-precision attention over t
     const auto ref = test::attention_ref(q, kd, vd, hq, H, d, n - 1, 1.0 / std::sqrt(double(d)));
     CHECK(test::max_rel_diff(out, ref) <= test::kFp32RelTol);
   }
+}
+
+TEST_CASE("quantized: a context that cannot exist is a capacity_error naming its size, before any allocation") {
+  barato::CountingResource mem;
+  const std::size_t phys = barato::physical_memory_bytes();
+  // 2^36 tokens x 8 heads x (128 + 128 + 8) bytes = 2^39 · 264 bytes
+  if (phys != 0 && phys < (std::size_t{1} << 45))
+    CHECK_THROWS_WITH_AS(barato::kv::Quantized<barato::kv::Int8>(8, 128, std::size_t{1} << 36, &mem),
+                         doctest::Contains("kv::Quantized of capacity 68719476736 tokens: 145135534866432 bytes requested"),
+                         barato::capacity_error);
+  CHECK_THROWS_WITH_AS(barato::kv::Quantized<barato::kv::Int4>(std::size_t{1} << 40, 64, std::size_t{1} << 40, &mem),
+                       doctest::Contains("n_kv_heads x capacity = 1099511627776 x 1099511627776 overflows"), barato::capacity_error);
+  CHECK(mem.allocations() == 0);
 }

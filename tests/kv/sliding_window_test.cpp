@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+
 #include <random>
 #include <vector>
 
@@ -203,4 +205,15 @@ TEST_CASE("sliding window: chunked appends of random sizes give every query exac
     CHECK(worst <= test::kFp32RelTol);
     CHECK(worst_split <= test::kFp32RelTol);
   }
+}
+
+TEST_CASE("sliding window: a window that cannot exist is a capacity_error, before any allocation") {
+  barato::CountingResource mem;
+  CHECK_THROWS_WITH_AS(barato::kv::SlidingWindow<float>(8, 128, SIZE_MAX - 4, 8, 8, &mem), doctest::Contains("overflows the position count"),
+                       barato::capacity_error);
+  const std::size_t phys = barato::physical_memory_bytes();
+  if (phys != 0 && phys < (std::size_t{1} << 44))  // 2^31 slots x 8 x 128 x 4 x 2
+    CHECK_THROWS_WITH_AS(barato::kv::SlidingWindow<float>(8, 128, std::size_t{1} << 31, 0, 1, &mem),
+                         doctest::Contains("kv::SlidingWindow of 2147483648 slots: 17592186044416 bytes requested"), barato::capacity_error);
+  CHECK(mem.allocations() == 0);
 }

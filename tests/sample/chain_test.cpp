@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "barato/core/memory.hpp"
@@ -69,4 +70,19 @@ TEST_CASE("sampling allocates nothing after construction; bad sizes throw") {
   CHECK(mr.allocations() == before);
   std::vector<float> p(63);
   CHECK_THROWS_AS(chain.probabilities(l, hist, p), shape_error);
+}
+
+TEST_CASE("Chain refuses NaN / +inf logits before its steps rank them, and all-masked logits") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  sample::Chain chain(6, sample::TopK{3}, sample::TopP{0.9f}, sample::Temperature{0.7f});
+  sample::Rng rng(5);
+  std::vector<float> p(6);
+  for (const auto& bad : {std::vector<float>{1, nan, 2, 0, 0, 0}, std::vector<float>{nan, nan, nan, nan, nan, nan},
+                          std::vector<float>{1, 2, inf, 0, 0, 0}, std::vector<float>(6, -inf)}) {
+    CHECK_THROWS_AS(chain.probabilities(bad, {}, p), value_error);
+    CHECK_THROWS_AS((void)chain.sample(bad, {}, rng), value_error);
+  }
+  const std::vector<float> eq(6, 0.5f);  // all equal: top-k keeps the 3 lowest ids, each 1/3
+  chain.probabilities(eq, {}, p);
+  for (std::size_t i = 0; i < 6; ++i) CHECK(p[i] == doctest::Approx(i < 3 ? 1.0 / 3.0 : 0.0));
 }

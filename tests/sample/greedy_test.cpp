@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <vector>
 
 using namespace barato;
@@ -19,4 +21,16 @@ TEST_CASE("Greedy returns the argmax (ties → lowest id) and a one-hot vector, 
   g.probabilities(l, {}, p);
   CHECK(p == std::vector<float>{0, 1, 0, 0, 0});
   CHECK_THROWS_AS(g.probabilities(std::vector<float>(4), {}, p), shape_error);
+}
+
+TEST_CASE("Greedy on edge logits: NaN never chosen, +inf chosen, all -inf or NaN is a value_error") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  sample::Greedy g(3);
+  sample::Rng rng(1);
+  CHECK(g.sample(std::vector<float>{nan, 1.0f, nan}, {}, rng).token == 1);
+  CHECK(g.sample(std::vector<float>{2.0f, inf, inf}, {}, rng).token == 1);
+  CHECK(g.sample(std::vector<float>{5.0f, 5.0f, 5.0f}, {}, rng).token == 0);
+  CHECK_THROWS_AS((void)g.sample(std::vector<float>{nan, nan, nan}, {}, rng), value_error);
+  CHECK_THROWS_AS((void)g.sample(std::vector<float>{-inf, -inf, -inf}, {}, rng), value_error);
+  CHECK_THROWS_AS((void)g.sample(std::vector<float>{-inf, nan, -inf}, {}, rng), value_error);
 }

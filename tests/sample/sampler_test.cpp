@@ -52,3 +52,35 @@ TEST_CASE("draw follows the weights (chi-square) and never draws a zero-weight t
   CHECK(sample::draw(w2, rng) != 1);
   CHECK_THROWS_AS((void)sample::draw(std::vector<float>{0.0f, 0.0f}, rng), value_error);
 }
+
+TEST_CASE("sampler primitives on edge inputs: empty, NaN, +-inf, all equal, subnormal") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), tiny = std::numeric_limits<float>::denorm_min();
+  // argmax
+  CHECK(sample::argmax(std::vector<float>{nan, nan}) == 0);
+  CHECK(sample::argmax(std::vector<float>{1.0f, kInf, kInf}) == 1);
+  CHECK(sample::argmax(std::vector<float>{nan, -kInf, nan}) == 1);
+  // softmax_into: a distribution or value_error
+  std::vector<float> p;
+  CHECK_THROWS_AS(sample::softmax_into({}, p), value_error);
+  for (const auto& bad : {std::vector<float>{0.0f, nan, 1.0f}, std::vector<float>{1.0f, 2.0f, nan}, std::vector<float>{kInf, 1.0f},
+                          std::vector<float>{-kInf, -kInf}, std::vector<float>{nan, nan}}) {
+    p.assign(bad.size(), 0.0f);
+    CHECK_THROWS_AS(sample::softmax_into(bad, p), value_error);
+  }
+  std::vector<float> eq(7, -2.0f), q(7);
+  sample::softmax_into(eq, q);
+  for (const float v : q) CHECK(v == 1.0f / 7.0f);
+  std::vector<float> sub{tiny, 0.0f, -tiny}, sq(3);
+  sample::softmax_into(sub, sq);
+  for (const float v : sq) CHECK(v == doctest::Approx(1.0 / 3.0));
+  // draw: value_error unless the weights have a positive finite total
+  sample::Rng rng(1);
+  CHECK_THROWS_AS((void)sample::draw({}, rng), value_error);
+  CHECK_THROWS_AS((void)sample::draw(std::vector<float>{0.0f, 0.0f}, rng), value_error);
+  CHECK_THROWS_AS((void)sample::draw(std::vector<float>{0.5f, nan}, rng), value_error);
+  CHECK_THROWS_AS((void)sample::draw(std::vector<float>{0.5f, kInf}, rng), value_error);
+  for (int i = 0; i < 20; ++i) {
+    const Token t = sample::draw(std::vector<float>{0.0f, tiny, 0.0f, tiny}, rng);
+    CHECK((t == 1 || t == 3));
+  }
+}

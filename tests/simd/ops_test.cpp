@@ -104,3 +104,36 @@ TEST_CASE("softmax equals the double reference, sums to one, returns the normali
     CHECK(simd::softmax<Arch>(nullptr, 0) == 0.0f);
   });
 }
+
+TEST_CASE("softmax edge cases: equal inputs, -inf entries, NaN / +inf / all -inf propagate NaN, subnormals, on every arch") {
+  constexpr float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
+  test::for_each_arch([&]<class Arch>(Arch) {
+    for (const std::size_t n : lengths<Arch>()) {
+      if (n == 0) continue;
+      CAPTURE(n);
+      std::vector<float> eq(n, 3.5f);
+      CHECK(simd::softmax<Arch>(eq.data(), n) == static_cast<float>(n));
+      for (const float v : eq) CHECK(v == 1.0f / static_cast<float>(n));
+      std::vector<float> masked(n, -kInf);
+      masked[n - 1] = 0.25f;  // the one finite entry, in the scalar tail or the last vector
+      CHECK(simd::softmax<Arch>(masked.data(), n) == 1.0f);
+      for (std::size_t i = 0; i + 1 < n; ++i) CHECK(masked[i] == 0.0f);
+      CHECK(masked[n - 1] == 1.0f);
+      std::vector<float> sub(n, std::numeric_limits<float>::denorm_min());
+      sub[0] = 0.0f;
+      CHECK(std::isfinite(simd::softmax<Arch>(sub.data(), n)));
+      for (const float v : sub) CHECK(std::abs(v - 1.0f / static_cast<float>(n)) <= 1e-6f);
+      for (const float bad : {kNaN, kInf}) {
+        for (const std::size_t at : {std::size_t{0}, n / 2, n - 1}) {  // vector body and scalar tail
+          auto x = test::random_vector(n, 8, -3.f, 3.f);
+          x[at] = bad;
+          CHECK(std::isnan(simd::softmax<Arch>(x.data(), n)));
+          for (const float v : x) CHECK(std::isnan(v));
+        }
+      }
+      std::vector<float> none(n, -kInf);
+      CHECK(std::isnan(simd::softmax<Arch>(none.data(), n)));
+      for (const float v : none) CHECK(std::isnan(v));
+    }
+  });
+}

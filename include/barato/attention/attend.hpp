@@ -137,6 +137,11 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
 /// `kAttendStackStats`: its only scratch, (m, l) pairs per query head and query, lives on the stack, and
 /// a block of more than kAttendStackStats / H_q queries runs in batches of that many (each query folds
 /// the same tiles in the same order either way, so the result is the same bit for bit).
+/// Numeric edge cases (propagated, never checked per element): a NaN or ±∞ in a query, or in a key or
+/// value a query sees, makes that query head's output non-finite (NaN in → NaN out); rows the query
+/// does not see (later positions, outside its window, other KV heads) do not affect it. Equal keys
+/// give the plain mean of the visible values. A quantized cache stores a non-finite K/V row as
+/// zeros (kv::quantize_row), so over it the output stays finite.
 template <class Arch = simd::DefaultArch, kv::CachePolicy Cache>
 void attend(std::span<const float> q, const Cache& cache, const Heads& heads, std::span<float> out,
             const AttendOptions& opt = {}) {

@@ -63,7 +63,9 @@ inline void merge(std::span<float> o_a, PartialStats& a, std::span<const float> 
   merge(o_a.data(), a, o_b.data(), b, o_a.size());
 }
 
-/// o ← o / l, the normalised attention output. An empty state (no keys) yields zeros.
+/// o ← o / l, the normalised attention output. An empty state (no keys) yields zeros. A NaN / ±∞
+/// score or value folded into the state makes l or o non-finite, and the output with it (NaN in →
+/// NaN out: the kernels do not check elements).
 inline void finalize(float* o, const PartialStats& s, std::size_t d) noexcept {
   if (s.empty()) {
     for (std::size_t i = 0; i < d; ++i) o[i] = 0.0f;

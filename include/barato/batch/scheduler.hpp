@@ -52,8 +52,8 @@ namespace barato::batch {
 /// What the scheduler needs of a KV pool: `kv::PagedPool<T>` models it.
 template <class P>
 concept SchedulerPool = requires(P& p, const P& cp, std::span<const Token> tokens, kv::SeqId s, std::size_t n) {
-  { p.admit(tokens).seq } -> std::convertible_to<kv::SeqId>;
-  { p.admit(tokens).match.cached_tokens } -> std::convertible_to<std::size_t>;
+  { p.admit(tokens, n).seq } -> std::convertible_to<kv::SeqId>;
+  { p.admit(tokens, n).match.cached_tokens } -> std::convertible_to<std::size_t>;
   { cp.blocks_to_admit(tokens).blocks } -> std::convertible_to<std::size_t>;
   { cp.blocks_to_admit(tokens).match.cached_tokens } -> std::convertible_to<std::size_t>;
   { cp.blocks_to_admit(tokens).match.blocks_hit } -> std::convertible_to<std::size_t>;
@@ -131,7 +131,8 @@ class Scheduler {
       st.tokens.reserve(final_len);
       st.tokens = st.req.prompt;
     }
-    // Reserve everything the request can occupy before the first change (strong guarantee).
+    // Reserve everything the request can occupy before the first change (strong guarantee, tested
+    // by fault injection).
     grow(states_, id + 1);
     grow(pending_, id + 1);
     grow(queue_, id + 1);
@@ -154,7 +155,10 @@ class Scheduler {
 
   /// Plans the next step (see the file comment). The plan's spans are valid until the next
   /// `schedule()`, `complete()` or `submit()`. Throws `error` when the previous plan has not been
-  /// completed.
+  /// completed. Basic guarantee: if the pool throws while admitting (an allocation failure), the
+  /// scheduler and the pool stay consistent — the arrivals and preemptions this call made stand, no
+  /// plan is in flight — and calling `schedule()` again plans the step (admission itself is strong,
+  /// kv::PagedPool::admit; what came before it in the step is not undone).
   [[nodiscard]] StepPlan schedule() {
     require<error>(!in_flight_, "batch::Scheduler::schedule: the plan of step ", step_, " was not completed");
     // 1. arrivals
@@ -192,7 +196,9 @@ class Scheduler {
   /// declares the new tokens, finishes requests, frees their sequences and slots. Throws
   /// `shape_error` when logits.size() is not a positive multiple of logits_rows, `value_error` for a
   /// negative or non-finite step_seconds or a sampled token outside [0, vocab), `error` without a
-  /// plan; nothing changes then (a throwing sampler also leaves everything as it was).
+  /// plan; nothing changes then (a throwing sampler also leaves everything as it was). Strong
+  /// guarantee against allocation failures too: only the sampling phase may allocate (the tokens
+  /// declared to the pool fit in the room reserved at admission).
   void complete(std::span<const float> logits, double step_seconds) {
     require<error>(in_flight_, "batch::Scheduler::complete: no step was scheduled");
     require<value_error>(step_seconds >= 0.0 && std::isfinite(step_seconds),
@@ -392,7 +398,8 @@ class Scheduler {
       if (reclaimed >= avail) break;
       std::size_t n = std::min({cfg_.prefill_chunk, L - c, budget, fit_tokens(c, avail - reclaimed)});
       if (n == 0) break;  // the head does not fit: it waits, nobody overtakes it
-      const auto a = pool_.admit(r.tokens);
+      // Room for every token the request can declare: complete() then allocates nothing.
+      const auto a = pool_.admit(r.tokens, std::min(r.req.prompt.size() + r.req.max_tokens, cfg_.max_context));
       queue_.pop_back();
       r.seq = a.seq;
       r.computed = a.match.cached_tokens;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory_resource>
 #include <span>
@@ -15,10 +16,44 @@
 
 #include "barato/core/error.hpp"
 
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
 namespace barato {
 
 /// Alignment of every `Buffer`: one cache line, enough for AVX-512 loads.
 inline constexpr std::size_t kBufferAlignment = 64;
+
+/// Bytes of physical memory of this machine (POSIX sysconf), or 0 when the platform does not say.
+[[nodiscard]] inline std::size_t physical_memory_bytes() noexcept {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && static_cast<unsigned long>(pages) <= SIZE_MAX / static_cast<unsigned long>(page))
+    return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+#endif
+  return 0;
+}
+
+/// a · b, or `capacity_error` naming `where` and `what` when the product overflows std::size_t
+/// (sizes computed from a configuration: an absurd one must not wrap around to a small allocation).
+[[nodiscard]] inline std::size_t checked_mul(std::size_t a, std::size_t b, const char* where, const char* what) {
+  require<capacity_error>(b == 0 || a <= SIZE_MAX / b, where, ": ", what, " = ", a, " x ", b,
+                          " overflows the address space (", SIZE_MAX, " bytes)");
+  return a * b;
+}
+
+/// Throws `capacity_error` naming `where` (streamable pieces, formatted only on failure) unless
+/// `bytes` can exist: at most PTRDIFF_MAX (what one object may span) and, when the platform reports
+/// it, the machine's physical memory (a `Buffer` is zero-filled, so every byte is touched). O(1).
+template <class... Where>
+void require_memory(std::size_t bytes, const Where&... where) {
+  require<capacity_error>(bytes <= static_cast<std::size_t>(PTRDIFF_MAX), where..., ": ", bytes,
+                          " bytes requested, more than one object can span (", PTRDIFF_MAX, " bytes)");
+  static const std::size_t phys = physical_memory_bytes();  // asked once per process
+  require<capacity_error>(phys == 0 || bytes <= phys, where..., ": ", bytes, " bytes requested, the machine has ", phys,
+                          " bytes of physical memory");
+}
 
 /// A memory resource that forwards to `upstream` and counts bytes: current, peak, total and the
 /// number of live allocations. Thread-safe. Give the same instance to every owner you want to measure.
@@ -75,12 +110,17 @@ class Buffer {
 
  public:
   Buffer() noexcept = default;
-  /// `n` zeroed elements from `mr`.
+  /// `n` zeroed elements from `mr`. Throws `capacity_error` (requested vs available bytes) when
+  /// n · sizeof(T) overflows or exceeds what can exist (`require_memory`); whatever `mr` throws
+  /// otherwise (std::bad_alloc) propagates.
   explicit Buffer(std::size_t n, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : mr_(mr), size_(n) {
     if (n != 0) {
-      data_ = static_cast<T*>(mr_->allocate(n * sizeof(T), kBufferAlignment));
-      std::memset(static_cast<void*>(data_), 0, n * sizeof(T));
+      const std::size_t bytes = checked_mul(n, sizeof(T), "barato::Buffer", "elements x element bytes");
+      require_memory(bytes, "barato::Buffer of ", n, " elements");
+      if (bytes > static_cast<std::size_t>(PTRDIFF_MAX)) __builtin_unreachable();  // checked just above (tells GCC's -Wstringop-overflow)
+      data_ = static_cast<T*>(mr_->allocate(bytes, kBufferAlignment));
+      std::memset(static_cast<void*>(data_), 0, bytes);
     }
   }
   Buffer(const Buffer&) = delete;

@@ -11,7 +11,7 @@
 ///   every sum is accumulated in double and every log-partition is a log-sum-exp (max subtracted);
 /// - a logit of −∞ is a masked token: probability exactly 0, log-probability −∞, no NaN anywhere;
 /// - NaN or +∞ logits, a row with every logit −∞, a temperature that is not finite and > 0 throw
-///   `barato::value_error`; mismatched sizes throw `barato::shape_error`.
+///   `barato::value_error`; mismatched sizes and empty rows throw `barato::shape_error`.
 /// Cost: O(n) per call, no allocation.
 
 #include <algorithm>
@@ -61,7 +61,7 @@ inline void check_temperature(double temperature, const char* who) {
                        temperature);
 }
 
-/// Throws value_error on NaN or +∞ logits (−∞ = masked is allowed) and on an empty row.
+/// Throws value_error on NaN or +∞ logits (−∞ = masked is allowed), shape_error on an empty row.
 template <std::floating_point F>
 void check_logits(std::span<const F> z, const char* who) {
   require<shape_error>(!z.empty(), who, ": empty logits row");

@@ -25,12 +25,13 @@ class Contiguous {
   using block_type = DenseBlock<T>;
 
   /// Reserves `capacity` positions of `n_kv_heads` × `head_dim` for K and V from `mr`.
-  /// Throws `shape_error` when any dimension is zero.
+  /// Throws `shape_error` when any dimension is zero, `capacity_error` (requested vs available
+  /// bytes) when the cache cannot exist: a size that overflows, more than the physical memory.
   Contiguous(std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity,
              std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : n_kv_heads_(checked(n_kv_heads, "n_kv_heads")), head_dim_(checked(head_dim, "head_dim")),
         capacity_(checked(capacity, "capacity")),
-        k_(n_kv_heads * capacity * head_dim, mr), v_(n_kv_heads * capacity * head_dim, mr) {}
+        k_(elements(n_kv_heads, head_dim, capacity), mr), v_(n_kv_heads * capacity * head_dim, mr) {}
 
   Contiguous(Contiguous&&) noexcept = default;
   Contiguous& operator=(Contiguous&&) noexcept = default;
@@ -96,6 +97,15 @@ class Contiguous {
   static std::size_t checked(std::size_t x, const char* name) {
     require(x > 0, "kv::Contiguous: ", name, " must be > 0, got 0");
     return x;
+  }
+  /// n_kv_heads · capacity · head_dim, checked: the K and V buffers together must be able to exist.
+  static std::size_t elements(std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity) {
+    const std::size_t e = checked_mul(checked_mul(n_kv_heads, capacity, "kv::Contiguous", "n_kv_heads x capacity"), head_dim,
+                                      "kv::Contiguous", "(n_kv_heads capacity) x head_dim");
+    const std::size_t bytes = checked_mul(checked_mul(e, sizeof(T), "kv::Contiguous", "elements x element bytes"), 2,
+                                          "kv::Contiguous", "K and V bytes");
+    require_memory(bytes, "kv::Contiguous of capacity ", capacity, " tokens");
+    return e;
   }
   void check_index(std::size_t h, std::size_t pos) const {
     require(h < n_kv_heads_ && pos < size_, "kv::Contiguous: (head ", h, ", pos ", pos, ") out of range (", n_kv_heads_,

@@ -11,6 +11,7 @@
 /// throwing) leaves the cache exactly as it was: new chunks are allocated before anything changes.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory_resource>
 #include <span>
 #include <vector>
@@ -45,6 +46,13 @@ class Growable {
     require(cfg.n_kv_heads > 0 && cfg.head_dim > 0 && cfg.chunk_tokens > 0,
             "kv::Growable: n_kv_heads, head_dim and chunk_tokens must be > 0, got ", cfg.n_kv_heads, ", ", cfg.head_dim,
             ", ", cfg.chunk_tokens);
+    // one chunk must be able to exist (capacity_error naming its bytes otherwise); later sizes are
+    // whole chunks counted in std::size_t positions
+    const std::size_t elems = checked_mul(checked_mul(cfg.n_kv_heads, cfg.chunk_tokens, "kv::Growable", "n_kv_heads x chunk_tokens"),
+                                          cfg.head_dim, "kv::Growable", "(n_kv_heads chunk_tokens) x head_dim");
+    require_memory(checked_mul(checked_mul(elems, sizeof(T), "kv::Growable", "chunk elements x element bytes"), 2, "kv::Growable",
+                               "K and V chunk bytes"),
+                   "kv::Growable chunk of ", cfg.chunk_tokens, " tokens");
   }
   Growable(std::size_t n_kv_heads, std::size_t head_dim, std::size_t chunk_tokens = 256,
            std::pmr::memory_resource* mr = std::pmr::get_default_resource())
@@ -69,6 +77,8 @@ class Growable {
   void append(std::span<const float> k, std::span<const float> v) {
     const std::size_t row = cfg_.n_kv_heads * cfg_.head_dim;
     const std::size_t n_new = detail::append_tokens("kv::Growable::append", k.size(), v.size(), row);
+    require<capacity_error>(n_new <= SIZE_MAX - cfg_.chunk_tokens - size_, "kv::Growable::append: ", n_new,
+                            " tokens after ", size_, " overflow the position count");
     if (cfg_.max_tokens != 0) detail::require_room("kv::Growable::append", n_new, size_, cfg_.max_tokens, "max_tokens");
     reserve(size_ + n_new);
     for (std::size_t t = 0; t < n_new; ++t) {

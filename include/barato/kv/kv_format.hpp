@@ -69,12 +69,19 @@ static_assert(KvFormat<Int8> && KvFormat<Int4>);
 
 /// Quantises one row x[0..d) into `out` (F::row_bytes(d) bytes) and returns its scale. Scalar:
 /// appends are O(d) per row, attention is where the time goes.
+/// Edge cases: an all-zero row (±0) and a row holding any NaN or ±∞ give zero codes and scale 0
+/// (they dequantize to exact zeros: a cache never stores NaN); subnormal inputs quantize like any
+/// other (the scale may be subnormal). d = 0 writes nothing and returns 0.
 template <KvFormat F>
 [[nodiscard]] inline float quantize_row(const float* x, std::size_t d, std::uint8_t* out) noexcept {
   float amax = 0.0f;
-  for (std::size_t c = 0; c < d; ++c) amax = std::max(amax, std::abs(x[c]));
+  float bad = 0.0f;  // x − x: 0 for finite x, NaN for NaN / ±∞ (no branch in the loop)
+  for (std::size_t c = 0; c < d; ++c) {
+    amax = std::max(amax, std::abs(x[c]));
+    bad += x[c] - x[c];
+  }
   std::fill(out, out + F::row_bytes(d), std::uint8_t{0});
-  if (amax == 0.0f || !std::isfinite(amax)) {
+  if (amax == 0.0f || bad != 0.0f || !std::isfinite(amax)) {
     for (std::size_t c = 0; c < d; ++c) F::put(out, c, 0);
     return 0.0f;
   }

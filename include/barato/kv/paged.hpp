@@ -45,9 +45,11 @@ class PagedPool {
   using block_type = typename PageStore<T>::block_type;
   using BlockId = BlockAllocator::BlockId;
   static constexpr BlockId kNoBlock = BlockAllocator::kNoBlock;
-  /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension.
+  /// Allocates the whole pool from `mr` up front. Throws `shape_error` for a zero dimension,
+  /// `capacity_error` for a pool that cannot exist (more than 2^32 − 2 blocks, a size that overflows,
+  /// more K/V bytes than the machine's physical memory; the requested and available sizes named).
   explicit PagedPool(const PagedConfig& cfg, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
-      : cfg_(cfg.checked()),
+      : cfg_(sized(cfg)),
         store_({.n_layers = cfg.n_layers, .n_kv_heads = cfg.n_kv_heads, .n_blocks = cfg.n_blocks, .block_tokens = cfg.block_tokens},
                cfg.head_dim, mr),
         alloc_(cfg.n_blocks, cfg.extent(), mr), prefix_(cfg.n_blocks, cfg.block_tokens, cfg.prefix_caching, mr),
@@ -89,16 +91,24 @@ class PagedPool {
   /// A new sequence for `prompt`: declares its tokens and reuses the longest chain of cached full
   /// blocks (at most (prompt.size() − 1) / B of them, so the last prompt token is always computed and
   /// yields logits). Allocates no block, so it cannot run out of pool. Updates `prefix_stats()`.
-  [[nodiscard]] Admission admit(std::span<const Token> prompt) {
-    const SeqId id = seqs_.add();
-    PagedSequence& s = seqs_.at(id);
-    const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) {
-      alloc_.retain(b);
-      s.table.push_back(b);
-    });
+  /// Strong guarantee: if an allocation throws, the pool (statistics included) is unchanged.
+  /// `expected_tokens` reserves room for that many known tokens, so that declaring the tokens of a
+  /// generation up to that length allocates nothing (and cannot throw).
+  [[nodiscard]] Admission admit(std::span<const Token> prompt, std::size_t expected_tokens = 0) {
+    // Strong guarantee: the sequence is built aside (every allocation), then inserted; the
+    // references taken and the statistics counted after that cannot throw.
+    PagedSequence s = seqs_.fresh();
+    const std::size_t known = std::max(prompt.size(), expected_tokens);
+    s.tokens.reserve(known);
+    s.hashes.reserve(known / cfg_.block_tokens);
+    const PrefixMatch m = prefix_.lookup(prompt, [&](BlockId b) { s.table.push_back(b); });
     std::fill(s.len.begin(), s.len.end(), m.cached_tokens);
     s.registered = m.blocks_hit;
-    declare_tokens(id, prompt);
+    s.declare(prompt, cfg_.block_tokens);
+    const SeqId id = seqs_.insert(std::move(s));
+    PagedSequence& live = seqs_.at(id);
+    for (const BlockId b : live.table) alloc_.retain(b);
+    register_full_blocks(live);  // registers nothing new (the hit blocks are cached); cannot throw
     prefix_.count(m);
     return {id, m};
   }
@@ -127,22 +137,28 @@ class PagedPool {
     return need;
   }
   /// Records tokens at the end of the sequence's known tokens (prompt, then sampled tokens). Only
-  /// blocks whose tokens are known can be registered for prefix sharing.
+  /// blocks whose tokens are known can be registered for prefix sharing. Strong guarantee.
   void declare_tokens(SeqId id, std::span<const Token> tokens) {
     PagedSequence& s = seqs_.at(id);
     s.declare(tokens, cfg_.block_tokens);
     register_full_blocks(s);
   }
-  /// A new sequence sharing every block of `id` (counts + 1, no copy; O(blocks)).
+  /// A new sequence sharing every block of `id` (counts + 1, no copy; O(blocks)). Strong guarantee.
   [[nodiscard]] SeqId fork(SeqId id) {
-    (void)seqs_.at(id);
-    const SeqId c = seqs_.add();
-    PagedSequence& dst = seqs_.at(c);
-    dst = seqs_.at(id);  // after add(), which may move the slots (the copy keeps the pool's resource)
-    for (const BlockId b : dst.table) alloc_.retain(b);
+    const SeqId c = seqs_.insert(seqs_.copy_of(id));  // strong: copied aside, then inserted
+    for (const BlockId b : seqs_[c].table) alloc_.retain(b);
     return c;
   }
+  /// Makes room in the sequence's block table for `positions` positions, so that appends up to that
+  /// length allocate nothing (they then throw only `capacity_error` / `shape_error`, before any
+  /// change). Allocates only; changes nothing observable. Strong guarantee.
+  void reserve(SeqId id, std::size_t positions) {
+    PagedSequence& s = seqs_.at(id);
+    const std::size_t pages = (positions + cfg_.block_tokens - 1) / cfg_.block_tokens;
+    if (s.table.capacity() < pages) s.table.reserve(std::max(pages, 2 * s.table.capacity()));
+  }
   /// Ends a sequence: every block's count drops by one; blocks reaching zero return to the free list.
+  /// Allocates nothing.
   void release(SeqId id) {
     for (const BlockId b : seqs_.at(id).table) alloc_.release(b);
     seqs_.remove(id);
@@ -165,7 +181,8 @@ class PagedPool {
   /// Appends n_new tokens of one layer given as rows [n_new, n_kv_heads, head_dim]. Copies shared
   /// blocks it writes into (copy-on-write) and takes new blocks from the free list. Throws
   /// `shape_error` for mismatched spans and `capacity_error` when the pool has too few free blocks;
-  /// in both cases nothing changed.
+  /// in both cases nothing changed. Strong guarantee also when an allocation throws: the block
+  /// table's growth is the only allocation and comes first (the prefix registry never allocates).
   void append(SeqId id, std::size_t layer, std::span<const float> k, std::span<const float> v) {
     PagedSequence& s = seqs_.at(id);
     check_layer(layer);
@@ -230,6 +247,13 @@ class PagedPool {
     requires Element<T> { return store_.value(row_of(id, layer, h, pos)); }
 
  private:
+  /// cfg.checked(), then the K/V pages' bytes against what can exist (before any allocation).
+  static const PagedConfig& sized(const PagedConfig& cfg) {
+    const std::size_t rows = cfg.checked().elements() / cfg.head_dim;
+    const std::size_t bytes = checked_mul(rows, PageStore<T>::row_bytes(cfg.head_dim), "kv::PagedPool", "rows x K/V row bytes");
+    require_memory(bytes, "kv::PagedPool of ", cfg.n_blocks, " blocks of ", cfg.block_tokens, " tokens");
+    return cfg;
+  }
   void check_layer(std::size_t layer) const {
     require(layer < cfg_.n_layers, "kv::PagedPool: layer ", layer, " out of range (", cfg_.n_layers, " layers)");
   }

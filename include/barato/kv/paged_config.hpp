@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "barato/core/error.hpp"
+#include "barato/core/memory.hpp"
 #include "barato/kv/block_allocator.hpp"
 
 namespace barato::kv {
@@ -32,13 +33,25 @@ struct PagedConfig {
     if (extent_blocks != 0) return extent_blocks;
     return block_tokens == 0 ? 1 : std::max<std::size_t>(1, kAutoExtentTokens / block_tokens);
   }
-  /// This config, or `shape_error` for a zero dimension or n_blocks ≥ 2^32 − 1 (block ids are 32-bit).
+  /// This config, or `shape_error` for a zero dimension, `capacity_error` for n_blocks ≥ 2^32 − 1
+  /// (block ids are 32-bit) or a pool whose row count n_layers · n_kv_heads · n_blocks · B · head_dim
+  /// overflows std::size_t (the requested and the largest sizes are named).
   [[nodiscard]] const PagedConfig& checked() const {
     require(n_layers > 0 && n_kv_heads > 0 && head_dim > 0 && block_tokens > 0 && n_blocks > 0,
             "kv::PagedPool: n_layers, n_kv_heads, head_dim, block_tokens and n_blocks must be > 0, got ", n_layers, ", ",
             n_kv_heads, ", ", head_dim, ", ", block_tokens, ", ", n_blocks);
-    require(n_blocks < BlockAllocator::kNoBlock, "kv::PagedPool: n_blocks must be < 2^32 - 1, got ", n_blocks);
+    require<capacity_error>(n_blocks < BlockAllocator::kNoBlock, "kv::PagedPool: n_blocks = ", n_blocks,
+                            " requested, at most 2^32 - 2 = ", BlockAllocator::kNoBlock - 1, " (block ids are 32-bit)");
+    (void)elements();
     return *this;
+  }
+  /// K (or V) elements of the whole pool: n_layers · n_kv_heads · n_blocks · B · head_dim;
+  /// `capacity_error` when the product overflows.
+  [[nodiscard]] std::size_t elements() const {
+    std::size_t e = checked_mul(n_layers, n_kv_heads, "kv::PagedPool", "n_layers x n_kv_heads");
+    e = checked_mul(e, n_blocks, "kv::PagedPool", "(n_layers n_kv_heads) x n_blocks");
+    e = checked_mul(e, block_tokens, "kv::PagedPool", "(n_layers n_kv_heads n_blocks) x block_tokens");
+    return checked_mul(e, head_dim, "kv::PagedPool", "rows x head_dim");
   }
 };
 

@@ -42,6 +42,12 @@ class PagedView {
   /// See `PagedPool::append` (copy-on-write, capacity_error with nothing changed).
   void append(std::span<const float> k, std::span<const float> v) { pool_->append(seq_, layer_, k, v); }
   void truncate(std::size_t n) { pool_->truncate(seq_, layer_, n); }
+  /// Room for n positions in the sequence's block table (see `PagedPool::reserve`; all layers share it).
+  void reserve(std::size_t n) { pool_->reserve(seq_, n); }
+  /// Free blocks appending n positions to every layer of the sequence takes (`PagedPool::blocks_to_grow`).
+  [[nodiscard]] std::size_t blocks_to_grow(std::size_t n) const { return pool_->blocks_to_grow(seq_, n); }
+  /// Free blocks of the pool now.
+  [[nodiscard]] std::size_t free_blocks() const { return pool_->free_blocks(); }
   template <class F>
   void for_each_block(std::size_t h, F&& f) const {
     pool_->for_each_block(seq_, layer_, h, std::forward<F>(f));

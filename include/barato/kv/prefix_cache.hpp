@@ -14,8 +14,9 @@
 #include <memory_resource>
 #include <span>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
+#include <vector>
+
+#include "barato/core/error.hpp"
 
 #include "barato/core/token.hpp"
 
@@ -104,35 +105,117 @@ struct PrefixCacheStats {
   }
 };
 
-/// Hash → physical block map of full, immutable blocks, with the set of hashes evicted so far.
-/// Blocks are `std::uint32_t` ids of the owning pool; both sets allocate from `mr`.
+namespace detail {
+/// A fixed-capacity open-addressing map from 64-bit hashes (already well mixed) to 32-bit block ids:
+/// linear probing, deletion by backward shift (no tombstones). Room for `max_entries` is allocated
+/// at construction (slots = the power of two ≥ 2·max_entries, so a probe run stays short); nothing
+/// allocates afterwards, so insert / erase cannot throw. Holding more than `max_entries` is a
+/// programmer error (debug assert).
+class HashSlots {
+ public:
+  static constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+  HashSlots(std::size_t max_entries, std::pmr::memory_resource* mr)
+      : max_(max_entries), keys_(slots_for(max_entries), 0, mr), vals_(keys_.size(), kNone, mr) {}
+  [[nodiscard]] std::uint32_t find(std::uint64_t key) const noexcept {
+    if (keys_.empty()) return kNone;
+    for (std::size_t i = home(key);; i = next(i)) {
+      if (vals_[i] == kNone) return kNone;
+      if (keys_[i] == key) return vals_[i];
+    }
+  }
+  /// Adds key → val unless key is present; returns whether it was added.
+  bool insert(std::uint64_t key, std::uint32_t val) noexcept {
+    BARATO_ASSERT(val != kNone && size_ < max_);
+    std::size_t i = home(key);
+    for (; vals_[i] != kNone; i = next(i))
+      if (keys_[i] == key) return false;
+    keys_[i] = key;
+    vals_[i] = val;
+    ++size_;
+    return true;
+  }
+  /// Removes key if present; returns its value or kNone.
+  std::uint32_t erase(std::uint64_t key) noexcept {
+    if (keys_.empty()) return kNone;
+    std::size_t i = home(key);
+    for (; vals_[i] != kNone; i = next(i))
+      if (keys_[i] == key) break;
+    const std::uint32_t val = vals_[i];
+    if (val == kNone) return kNone;
+    // Backward shift: move later entries of the run into the hole when their home allows it.
+    for (std::size_t j = next(i);; j = next(j)) {
+      if (vals_[j] == kNone) break;
+      const std::size_t h = home(keys_[j]);
+      const bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
+      if (movable) {
+        keys_[i] = keys_[j];
+        vals_[i] = vals_[j];
+        i = j;
+      }
+    }
+    vals_[i] = kNone;
+    --size_;
+    return val;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  static std::size_t slots_for(std::size_t n) {
+    if (n == 0) return 0;
+    std::size_t s = 2;
+    while (s < 2 * n) s *= 2;
+    return s;
+  }
+  [[nodiscard]] std::size_t home(std::uint64_t key) const noexcept { return static_cast<std::size_t>(key) & (keys_.size() - 1); }
+  [[nodiscard]] std::size_t next(std::size_t i) const noexcept { return (i + 1) & (keys_.size() - 1); }
+
+  std::size_t max_;
+  std::size_t size_ = 0;
+  std::pmr::vector<std::uint64_t> keys_;  // [slots]
+  std::pmr::vector<std::uint32_t> vals_;  // [slots] kNone: empty slot
+};
+}  // namespace detail
+
+/// Hash → physical block map of full, immutable blocks, with the hashes evicted so far (the last one
+/// evicted from each block, until that prefix is registered again). Blocks are `std::uint32_t` ids
+/// < `n_blocks` of the owning pool. Everything is allocated from `mr` at construction, so no member
+/// allocates or throws afterwards: a pool's append can register and evict blocks after it has
+/// started changing, and still give the strong guarantee.
 class PrefixIndex {
  public:
-  explicit PrefixIndex(std::pmr::memory_resource* mr = std::pmr::get_default_resource()) : map_(mr), evicted_(mr) {}
+  /// An index for blocks [0, n_blocks): at most one hash registered and one remembered as evicted per block.
+  explicit PrefixIndex(std::size_t n_blocks, std::pmr::memory_resource* mr = std::pmr::get_default_resource())
+      : map_(n_blocks, mr), evicted_(n_blocks, mr), evicted_of_(n_blocks, 0, mr), has_evicted_(n_blocks, 0, mr) {}
   /// The block registered under `hash`, or `kNone`.
-  static constexpr std::uint32_t kNone = 0xFFFFFFFFu;
-  [[nodiscard]] std::uint32_t find(std::uint64_t hash) const {
-    const auto it = map_.find(hash);
-    return it == map_.end() ? kNone : it->second;
-  }
-  /// True when `hash` was registered once and its block has been reclaimed since.
-  [[nodiscard]] bool was_evicted(std::uint64_t hash) const { return evicted_.contains(hash); }
+  static constexpr std::uint32_t kNone = detail::HashSlots::kNone;
+  [[nodiscard]] std::uint32_t find(std::uint64_t hash) const noexcept { return map_.find(hash); }
+  /// True when `hash` was registered once, its block has been reclaimed since, and that block has not
+  /// been evicted again under another hash (one remembered eviction per block bounds the memory).
+  [[nodiscard]] bool was_evicted(std::uint64_t hash) const noexcept { return evicted_.find(hash) != kNone; }
   /// Registers `block` under `hash` unless the hash is already present; returns whether it was added.
-  bool insert(std::uint64_t hash, std::uint32_t block) {
-    const bool added = map_.emplace(hash, block).second;
-    if (added) evicted_.erase(hash);
-    return added;
+  /// A block holds at most one registered hash at a time.
+  bool insert(std::uint64_t hash, std::uint32_t block) noexcept {
+    if (!map_.insert(hash, block)) return false;
+    if (const std::uint32_t b = evicted_.erase(hash); b != kNone) has_evicted_[b] = 0;
+    return true;
   }
   /// Removes `hash` (its block is about to be overwritten). `evicted` records it as an eviction.
-  void erase(std::uint64_t hash, bool evicted) {
-    map_.erase(hash);
-    if (evicted) evicted_.insert(hash);
+  void erase(std::uint64_t hash, bool evicted) noexcept {
+    const std::uint32_t b = map_.erase(hash);
+    if (!evicted || b == kNone) return;
+    if (has_evicted_[b] != 0) evicted_.erase(evicted_of_[b]);
+    if (const std::uint32_t other = evicted_.erase(hash); other != kNone) has_evicted_[other] = 0;
+    evicted_.insert(hash, b);
+    evicted_of_[b] = hash;
+    has_evicted_[b] = 1;
   }
   [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
 
  private:
-  std::pmr::unordered_map<std::uint64_t, std::uint32_t> map_;
-  std::pmr::unordered_set<std::uint64_t> evicted_;
+  detail::HashSlots map_;                       // registered hash → block
+  detail::HashSlots evicted_;                   // evicted hash → the block it was evicted from
+  std::pmr::vector<std::uint64_t> evicted_of_;  // [n_blocks] the hash last evicted from each block
+  std::pmr::vector<std::uint8_t> has_evicted_;  // [n_blocks] 1: evicted_of_ is in evicted_
 };
 
 }  // namespace barato::kv

@@ -35,7 +35,7 @@ class PrefixRegistry {
   PrefixRegistry(std::size_t n_blocks, std::size_t block_tokens, bool enabled,
                  std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : B_(block_tokens), enabled_(enabled), hash_(n_blocks, 0, mr), parent_(n_blocks, 0, mr),
-        tok_(n_blocks * block_tokens, 0, mr), index_(mr) {}
+        tok_(n_blocks * block_tokens, 0, mr), index_(enabled ? n_blocks : 0, mr) {}
 
   [[nodiscard]] bool enabled() const noexcept { return enabled_; }
   [[nodiscard]] std::size_t block_tokens() const noexcept { return B_; }
@@ -75,7 +75,7 @@ class PrefixRegistry {
 
   /// Registers block b as the block of `tokens` (B of them) after the prefix whose chain hash is
   /// `parent`, under its chain hash `hash`. False (nothing changes) when that prefix is already
-  /// registered in another block.
+  /// registered in another block. Allocates nothing and does not throw.
   bool insert(BlockId b, std::uint64_t hash, std::uint64_t parent, std::span<const Token> tokens) {
     if (!index_.insert(hash, b)) return false;
     hash_[b] = hash;
@@ -85,10 +85,10 @@ class PrefixRegistry {
     return true;
   }
   /// Registered block b is about to be rewritten by its only owner: its prefix is no longer cached.
-  void forget(BlockId b) { index_.erase(hash_[b], /*evicted=*/false); }
+  void forget(BlockId b) noexcept { index_.erase(hash_[b], /*evicted=*/false); }
   /// Registered block b was reclaimed by the allocator: a later lookup of its prefix reports
   /// `PrefixMiss::evicted`; counted in `stats().blocks_evicted`.
-  void evict(BlockId b) {
+  void evict(BlockId b) noexcept {
     index_.erase(hash_[b], /*evicted=*/true);
     ++stats_.blocks_evicted;
   }

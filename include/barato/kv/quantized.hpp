@@ -34,12 +34,13 @@ class Quantized {
   using key_format = KF;
   using value_format = VF;
 
-  /// Reserves `capacity` positions of `n_kv_heads` × `head_dim` from `mr`; throws `shape_error` for a zero dimension.
+  /// Reserves `capacity` positions of `n_kv_heads` × `head_dim` from `mr`; throws `shape_error` for a
+  /// zero dimension, `capacity_error` (requested vs available bytes) for a cache that cannot exist.
   Quantized(std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity,
             std::pmr::memory_resource* mr = std::pmr::get_default_resource())
       : n_kv_heads_(checked(n_kv_heads, "n_kv_heads")), head_dim_(checked(head_dim, "head_dim")),
         capacity_(checked(capacity, "capacity")), kb_(KF::row_bytes(head_dim)), vb_(VF::row_bytes(head_dim)),
-        k_(n_kv_heads * capacity * kb_, mr), v_(n_kv_heads * capacity * vb_, mr),
+        k_(slots(n_kv_heads, head_dim, capacity) * kb_, mr), v_(n_kv_heads * capacity * vb_, mr),
         ks_(n_kv_heads * capacity, mr), vs_(n_kv_heads * capacity, mr) {}
 
   Quantized(Quantized&&) noexcept = default;
@@ -106,6 +107,14 @@ class Quantized {
   static std::size_t checked(std::size_t x, const char* name) {
     require(x > 0, "kv::Quantized: ", name, " must be > 0, got 0");
     return x;
+  }
+  /// n_kv_heads · capacity rows, checked: codes and scales together must be able to exist.
+  static std::size_t slots(std::size_t n_kv_heads, std::size_t head_dim, std::size_t capacity) {
+    const std::size_t n = checked_mul(n_kv_heads, capacity, "kv::Quantized", "n_kv_heads x capacity");
+    require_memory(checked_mul(n, KF::row_bytes(head_dim) + VF::row_bytes(head_dim) + 2 * sizeof(float), "kv::Quantized",
+                               "rows x row bytes"),
+                   "kv::Quantized of capacity ", capacity, " tokens");
+    return n;
   }
   void check_index(std::size_t h, std::size_t pos, std::size_t c) const {
     require(h < n_kv_heads_ && pos < size_ && c < head_dim_, "kv::Quantized: (head ", h, ", pos ", pos, ", dim ", c,

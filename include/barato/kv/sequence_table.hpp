@@ -37,8 +37,11 @@ struct PagedSequence {
   /// Positions of the shortest / longest layer.
   [[nodiscard]] std::size_t shortest() const noexcept { return *std::min_element(len.begin(), len.end()); }
   [[nodiscard]] std::size_t longest() const noexcept { return *std::max_element(len.begin(), len.end()); }
-  /// Appends known tokens and the chain hashes of the blocks of B tokens they complete.
+  /// Appends known tokens and the chain hashes of the blocks of B tokens they complete. Strong
+  /// guarantee: both arrays are reserved before either changes.
   void declare(std::span<const Token> more, std::size_t B) {
+    tokens.reserve(tokens.size() + more.size());
+    hashes.reserve((tokens.size() + more.size()) / B);
     tokens.insert(tokens.end(), more.begin(), more.end());
     extend_hash_chain(tokens, B, hashes);
   }
@@ -62,24 +65,48 @@ class SequenceTable {
       : n_layers_(n_layers), mr_(mr), slots_(mr), free_(mr) {}
 
   /// A new live, empty sequence (0 positions in each of n_layers layers, no table, no tokens).
-  [[nodiscard]] SeqId add() {
+  /// Strong guarantee: when an allocation throws, the table is unchanged.
+  [[nodiscard]] SeqId add() { return insert(fresh()); }
+  /// A sequence that is not in the table yet (not live): fill it, then `insert` it.
+  [[nodiscard]] PagedSequence fresh() const {
+    PagedSequence s(mr_);
+    s.len.assign(n_layers_, 0);
+    return s;
+  }
+  /// A copy of live sequence `id` (not in the table yet, not live), from the table's resource.
+  [[nodiscard]] PagedSequence copy_of(SeqId id) const {
+    PagedSequence s(mr_);
+    s = at(id);  // copy assignment keeps s's resource
+    s.live = false;
+    return s;
+  }
+  /// Makes `s` a live sequence of the table and returns its id. Strong guarantee: the only
+  /// allocations (a new slot and room for it on the free list) come before any change.
+  [[nodiscard]] SeqId insert(PagedSequence&& s) {
+    BARATO_ASSERT(s.len.size() == n_layers_);
     SeqId id;
     if (!free_.empty()) {
       id = free_.back();
       free_.pop_back();
     } else {
+      free_.reserve(slots_.size() + 1);  // so that `remove` never allocates
       slots_.emplace_back(mr_);
       id = static_cast<SeqId>(slots_.size() - 1);
     }
-    slots_[id] = PagedSequence(mr_);
+    slots_[id] = std::move(s);  // same resource: no allocation
     slots_[id].live = true;
-    slots_[id].len.assign(n_layers_, 0);
     return id;
   }
-  /// Ends sequence id (its table must have been released): the slot is empty and reusable.
-  void remove(SeqId id) {
-    slots_[id] = PagedSequence(mr_);
-    slots_[id].len.assign(n_layers_, 0);
+  /// Ends sequence id (its table must have been released): the slot is empty and reusable. Allocates
+  /// nothing (the slot keeps its arrays' capacity for the next sequence), so it cannot throw.
+  void remove(SeqId id) noexcept {
+    PagedSequence& s = slots_[id];
+    s.live = false;
+    s.table.clear();
+    s.tokens.clear();
+    s.hashes.clear();
+    s.registered = 0;
+    std::fill(s.len.begin(), s.len.end(), std::size_t{0});
     free_.push_back(id);
   }
   [[nodiscard]] bool contains(SeqId id) const noexcept { return id < slots_.size() && slots_[id].live; }

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory_resource>
 #include <span>
 
@@ -151,6 +152,16 @@ class SlidingWindow {
     require(c.n_kv_heads > 0 && c.head_dim > 0 && c.window > 0 && c.chunk > 0,
             "kv::SlidingWindow: n_kv_heads, head_dim, window and chunk must be > 0, got ", c.n_kv_heads, ", ", c.head_dim,
             ", ", c.window, ", ", c.chunk);
+    // sinks + window + chunk − 1 slots per head, K and V: the sizes must not overflow or exceed memory
+    require<capacity_error>(c.window <= SIZE_MAX - c.chunk && c.sinks <= SIZE_MAX - (c.window + c.chunk),
+                            "kv::SlidingWindow: sinks + window + chunk = ", c.sinks, " + ", c.window, " + ", c.chunk,
+                            " overflows the position count");
+    const std::size_t slots = c.sinks + c.window + c.chunk - 1;
+    const std::size_t e = checked_mul(checked_mul(c.n_kv_heads, slots, "kv::SlidingWindow", "n_kv_heads x slots"), c.head_dim,
+                                      "kv::SlidingWindow", "(n_kv_heads slots) x head_dim");
+    require_memory(checked_mul(checked_mul(e, sizeof(T), "kv::SlidingWindow", "elements x element bytes"), 2, "kv::SlidingWindow",
+                               "K and V bytes"),
+                   "kv::SlidingWindow of ", slots, " slots");
     return c;
   }
   [[nodiscard]] std::size_t slot_of(std::size_t pos) const noexcept {

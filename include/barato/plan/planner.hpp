@@ -239,13 +239,20 @@ class Plan {
 };
 
 /// Bytes a `kv::PagedPool` allocates at construction besides its page store: the block allocator's
-/// counts, cached flags, free list and per-extent counters, and the prefix registry's hashes and
-/// tokens (kv/block_allocator.hpp, kv/prefix_registry.hpp). Block tables, per sequence, come later.
+/// counts, cached flags, free list and per-extent counters, the prefix registry's hashes and tokens,
+/// and (with prefix caching) its fixed-size index: two open-addressing tables of the power of two
+/// ≥ 2·n_blocks slots of (8-byte hash, 4-byte block) plus the last evicted hash and a flag per block
+/// (kv/block_allocator.hpp, kv/prefix_registry.hpp, kv/prefix_cache.hpp). Block tables, per
+/// sequence, come later.
 [[nodiscard]] inline std::size_t paged_pool_metadata_bytes(const kv::PagedConfig& cfg) {
   const std::size_t n = cfg.n_blocks, extents = (n + cfg.extent() - 1) / cfg.extent();
   const std::size_t allocator = n * 4 + n * 1 + 2 * (n + 1) * 4 + extents * 4;
   const std::size_t registry = n * 8 + n * 8 + n * cfg.block_tokens * sizeof(Token);
-  return allocator + registry;
+  const std::size_t indexed = cfg.prefix_caching ? n : 0;
+  std::size_t slots = indexed == 0 ? 0 : 2;
+  while (slots != 0 && slots < 2 * indexed) slots *= 2;
+  const std::size_t index = 2 * slots * (8 + 4) + indexed * (8 + 1);
+  return allocator + registry + index;
 }
 
 // ---- search ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory_resource>
 #include <span>
 #include <tuple>
@@ -46,11 +47,19 @@ class Chain {
   [[nodiscard]] const std::tuple<Steps...>& steps() const noexcept { return steps_; }
 
   /// probs ← softmax(steps(logits)), the steps applied left to right to a copy of the logits held in
-  /// `probs`. O(vocab) plus the steps' cost.
+  /// `probs`. O(vocab) plus the steps' cost. Throws `value_error` for NaN or +∞ logits (checked before
+  /// the steps, which rank tokens by value) and for logits left all −∞; −∞ (masked) entries are allowed.
   void probabilities(std::span<const float> logits, std::span<const Token> history, std::span<float> probs) {
     require(logits.size() == vocab_ && probs.size() == vocab_, "sample::Chain: expected logits and probs of ", vocab_,
             " entries, got ", logits.size(), " and ", probs.size());
-    for (std::size_t i = 0; i < vocab_; ++i) probs[i] = logits[i];
+    // NaN / +∞ are refused before any step runs: the steps rank tokens by value, and a NaN has no
+    // rank (a sort with it is undefined behaviour). One pass, folded into the copy.
+    bool bad = false;
+    for (std::size_t i = 0; i < vocab_; ++i) {
+      probs[i] = logits[i];
+      bad |= !(logits[i] < std::numeric_limits<float>::infinity());
+    }
+    require<value_error>(!bad, "sample::Chain: the logits contain NaN or +inf");
     const Workspace ws{index_.span(), values_.span(), mark_.span()};
     std::apply([&](const auto&... s) { (s.apply(probs, history, ws), ...); }, steps_);
     softmax_into(probs, probs);

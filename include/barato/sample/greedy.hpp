@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <memory_resource>
 #include <span>
 
@@ -28,7 +29,9 @@ class Greedy {
 
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_; }
 
-  /// probs ← one-hot(argmax(logits)). O(vocab).
+  /// probs ← one-hot(argmax(logits)). O(vocab). Edge cases: NaN logits are never chosen over a
+  /// number; a +∞ logit is chosen (the first one); logits that are all NaN or −∞ leave no token to
+  /// choose and throw `value_error` (as the Sampler concept says), checked once after the argmax.
   void probabilities(std::span<const float> logits, std::span<const Token>, std::span<float> probs) const {
     one_hot(checked_argmax(logits, probs.size()), probs);
   }
@@ -49,7 +52,9 @@ class Greedy {
     require(logits.size() == vocab_ && probs_size == vocab_, "sample::Greedy: expected logits and probs of ", vocab_,
             " entries, got ", logits.size(), " and ", probs_size);
     const Token t = argmax(logits);
-    require<value_error>(!std::isnan(logits[static_cast<std::size_t>(t)]), "sample::Greedy: all logits are NaN");
+    const float best = logits[static_cast<std::size_t>(t)];
+    require<value_error>(!std::isnan(best), "sample::Greedy: all logits are NaN");
+    require<value_error>(best > -std::numeric_limits<float>::infinity(), "sample::Greedy: every logit is -inf or NaN (no token left)");
     return t;
   }
 

@@ -46,7 +46,8 @@ concept Sampler = requires(S& s, const S& cs, std::span<const float> logits, std
 
 /// Index of the largest element; ties go to the lowest index (so greedy decoding is reproducible
 /// across kernels that only differ in summation order of *other* tokens). NaN entries are never chosen
-/// unless all are NaN. O(n). Requires n ≥ 1.
+/// unless all are NaN (then 0); a +∞ wins (the first one). O(n). Requires n ≥ 1 (0 is returned for
+/// an empty span, which is not an index: callers check the size).
 [[nodiscard]] inline Token argmax(std::span<const float> x) noexcept {
   std::size_t best = 0;
   for (std::size_t i = 1; i < x.size(); ++i)
@@ -57,7 +58,8 @@ concept Sampler = requires(S& s, const S& cs, std::span<const float> logits, std
 /// One draw from the categorical distribution `probs` (non-negative weights, any positive total): the
 /// first index whose running sum exceeds u·total for u = rng.uniform() ∈ [0, 1). Zero-weight entries
 /// are never drawn. Consumes exactly one `uniform()`. Throws `value_error` when the total is not a
-/// positive finite number. O(vocab), sums in double.
+/// positive finite number: an empty span, all zeros, a NaN or +∞ weight. Subnormal weights are
+/// drawn like any other (the sum is in double). O(vocab), sums in double.
 [[nodiscard]] inline Token draw(std::span<const float> probs, Rng& rng) {
   double total = 0.0;
   for (float p : probs) total += static_cast<double>(p);
@@ -77,7 +79,8 @@ concept Sampler = requires(S& s, const S& cs, std::span<const float> logits, std
 }
 
 /// probs ← softmax(logits) (numerically stable; −∞ logits get probability exactly 0). `probs` may alias
-/// `logits`. Throws `value_error` when the result is not a distribution (all logits −∞, a +∞ or a NaN).
+/// `logits`. Throws `value_error` when the result is not a distribution (no logits, all logits −∞, a
+/// +∞ or a NaN anywhere); equal logits give exactly 1/n each.
 inline void softmax_into(std::span<const float> logits, std::span<float> probs) {
   require(logits.size() == probs.size(), "sample::softmax_into: logits has ", logits.size(), " entries, probs ",
           probs.size());

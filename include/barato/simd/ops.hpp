@@ -71,6 +71,11 @@ template <class Arch = DefaultArch>
 }
 
 /// In-place numerically stable softmax over x[0..n); returns the normaliser Σ exp(x − max).
+/// Edge cases (no per-element checks; callers that need a distribution check the returned value,
+/// as sample::softmax_into does): n = 0 writes nothing and returns 0; −∞ entries get exactly 0 when
+/// some entry is finite; all entries equal give exactly 1/n each (rounded once); a NaN anywhere, a
+/// +∞, or every entry −∞ makes every output and the returned normaliser NaN (NaN in → NaN out).
+/// Subnormal and huge finite inputs are exact to fp32 rounding (the max is subtracted first).
 template <class Arch = DefaultArch>
 inline float softmax(float* x, std::size_t n) noexcept {
   using B = Batch<float, Arch>;
