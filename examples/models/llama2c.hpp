@@ -27,6 +27,7 @@
 #include <memory_resource>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "barato/core/error.hpp"
@@ -197,7 +198,8 @@ class Llama2cCheckpoint {
 };
 
 /// Reads a llama2.c checkpoint. The header is validated and the file size must equal the size the
-/// header implies, before any weight is read; weights are read into one buffer from `mr`.
+/// header implies before anything is allocated (a vocab_size of 2^30 or a seq_len of 2^31 − 1 in a
+/// small file is a `format_error` naming the field); weights are read into one buffer from `mr`.
 /// Throws `barato::io_error` when the file cannot be opened, `barato::format_error` for a bad file.
 [[nodiscard]] inline Llama2cCheckpoint read_llama2c(const std::filesystem::path& path,
                                                     std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
@@ -232,6 +234,12 @@ class Llama2cCheckpoint {
         where = std::string(t.name) + " (starts at byte " + std::to_string(kLlama2cHeaderBytes + t.offset * 4) +
                 ", float " + std::to_string(have - std::min(have, t.offset)) + " of " + std::to_string(t.floats) +
                 (per_layer != t.floats ? ", " + std::to_string(per_layer) + " per layer" : std::string()) + ")";
+        // The header field that sizes that tensor beyond the file (a hostile vocab_size or seq_len).
+        const std::string_view name = t.name;
+        if (name == "token_embedding" || name == "wcls")
+          where += ", sized by header field vocab_size (byte 20) = " + std::to_string(h.vocab_size);
+        else if (name == "freq_cis")
+          where += ", sized by header field seq_len (byte 24) = " + std::to_string(h.seq_len);
         break;
       }
     throw barato::format_error(file, size, "truncated weights: the header implies a file of " + std::to_string(expected) +

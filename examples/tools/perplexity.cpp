@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "models/kv_policies.hpp"
 #include "models/llama.hpp"
 #include "models/perplexity.hpp"
+#include "models/read_file.hpp"
 #include "models/tokenizer.hpp"
 
 namespace {
@@ -102,9 +101,7 @@ int tool_main(int argc, const char* const* argv) {
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
   if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
   const Tokenizer tok = load_tokenizer(tok_path, w.config.vocab_size);
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) throw barato::io_error(text_path + ": cannot open text file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_bounded(text_path, kMaxTextFileBytes, "text file");
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Token> ids = tok.encode(text, /*bos=*/false);

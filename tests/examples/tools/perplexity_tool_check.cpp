@@ -10,37 +10,19 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "support/data.hpp"
+#include "support/broken_files.hpp"
+#include "support/run_tool.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = barato::test::ToolResult;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run_tool(const std::string& flags) {
-  const fs::path dir = fs::temp_directory_path() / "barato_perplexity_tool_check";
-  fs::create_directories(dir);
-  const std::string cmd =
-      std::string(BARATO_PERPLEXITY_TOOL) + " " + flags + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  return r;
+Result run_tool(const std::string& flags, int timeout_s = 0) {
+  return barato::test::run_tool(BARATO_PERPLEXITY_TOOL, flags, "barato_perplexity_tool_check", timeout_s);
 }
 
 /// The raw text of a number field "key": in the JSON line ("" when absent).
@@ -106,4 +88,27 @@ TEST_CASE("barato_perplexity: bad flags exit 2") {
   CHECK(run_tool("--kl-divergence=yes --text x").status == 2);
   CHECK(run_tool("--kl-divergence --weights int9 --text x").status == 2);
   CHECK(run_tool("--kl-divergence --kv nope --text /dev/null").status == 2);
+}
+
+TEST_CASE("barato_perplexity: an endless text, a hostile checkpoint or tokenizer exit 1 with one error line") {
+  const auto data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_perplexity_tool_check";
+  fs::create_directories(dir);
+  using barato::test::one_error_line;
+  // --text /dev/zero used to hang: now the read stops at the limit.
+  const Result z = run_tool("--quiet --text /dev/zero", 60);
+  CHECK(z.status == 1);
+  CHECK_MESSAGE(one_error_line(z.err, "barato_perplexity", "/dev/zero", "text file", "limit"), z.err);
+  CHECK(z.out.empty());
+  const std::string text = "--quiet --text " + (data / "stories260K/README.md").string();
+  const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
+  const Result m = run_tool(text + " --model " + ck.string(), 60);
+  CHECK(m.status == 1);
+  CHECK_MESSAGE(one_error_line(m.err, "barato_perplexity", ck.string(), "byte offset", "seq_len"), m.err);
+  const fs::path tok = barato::test::write_hostile_tokenizer(dir / "hostile_tok.bin");
+  const Result t = run_tool(text + " --tokenizer " + tok.string(), 60);
+  CHECK(t.status == 1);
+  CHECK_MESSAGE(one_error_line(t.err, "barato_perplexity", tok.string(), "max_token_length"), t.err);
+  CHECK(t.out.empty());
 }
