@@ -6,11 +6,13 @@
 // The reference keeps per sequence its known tokens and per-layer lengths. Every row written at
 // position p is a function of the tokens 0..p (the harness declares tokens before appending them),
 // so the rows a prefix hit brings must equal the rows the reference computes for the new prompt.
-// Checked after every operation: every row of every live sequence, sizes, block tables (length
-// ceil(longest / B)), every block's reference count against the tables, used + free = n_blocks,
-// the free list; blocks_to_grow / blocks_to_admit predict exactly the blocks an append / an
+// Checked after every operation: sizes, known tokens, block tables (length ceil(longest / B)),
+// every block's reference count against the tables, used + free = n_blocks, the free list; every
+// row of the sequences the operation changed and of all sequences sharing a block with them (and
+// every row of every sequence at the end); blocks_to_grow / blocks_to_admit predict exactly the blocks an append / an
 // admission's prefill takes, and an append throws capacity_error iff the prediction exceeds the
 // free blocks, leaving the sequence unchanged.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -63,7 +65,11 @@ class Harness {
   void run(barato::fuzz::Input& in) {
     while (!in.empty()) {
       const int op = in.byte() % 8;
-      if (op == 0 && seqs_.size() < 16) seqs_[pool_.add_sequence()] = fresh();
+      if (op == 0 && seqs_.size() < 16) {
+        const SeqId id = pool_.add_sequence();
+        BARATO_FUZZ_CHECK(!seqs_.contains(id), "add_sequence returned a live id");
+        seqs_[id] = fresh();
+      }
       else if (op == 1 && seqs_.size() < 16) admit(in);
       else if (op == 2 || op == 3) append(in);
       else if (op == 4 && !seqs_.empty() && seqs_.size() < 16) {
@@ -71,6 +77,7 @@ class Harness {
         const SeqId child = pool_.fork(parent);
         BARATO_FUZZ_CHECK(!seqs_.contains(child), "fork returned a live id");
         seqs_[child] = seqs_[parent];
+        touched_.push_back(child);
       } else if (op == 5 && !seqs_.empty()) {
         const SeqId s = pick(in);
         pool_.release(s);
@@ -82,15 +89,19 @@ class Harness {
         pool_.truncate(s, n);
         for (auto& l : r.len) l = n;
         if (r.tokens.size() > n) r.tokens.resize(n);
+        touched_.push_back(s);
       } else if (op == 7 && !seqs_.empty()) {
         const SeqId s = pick(in);
         declare(s, in, in.in(0, cfg_.block_tokens * 2));
       }
-      check();
+      check_books();
+      check_rows(touched_);
+      touched_.clear();
     }
+    check_rows(live_ids());  // every row of every sequence, once at the end
     for (auto& [id, r] : seqs_) pool_.release(id);
     seqs_.clear();
-    check();
+    check_books();
     BARATO_FUZZ_CHECK(pool_.free_blocks() == cfg_.n_blocks, "blocks leaked after releasing every sequence");
   }
 
@@ -130,7 +141,7 @@ class Harness {
     r.tokens = prompt;
     for (auto& l : r.len) l = a.match.cached_tokens;
     seqs_[a.seq] = r;
-    check();  // the hit's rows are the prompt's rows
+    check_rows({a.seq});  // the hit's rows are the prompt's rows
     if (in.flag() && cost.blocks <= free_before && prompt.size() > a.match.cached_tokens) {
       const bool ok = append_rows(a.seq, prompt.size() - a.match.cached_tokens);
       BARATO_FUZZ_CHECK(ok, "the prefill blocks_to_admit said fits threw capacity_error");
@@ -151,6 +162,7 @@ class Harness {
   /// Appends n positions to every layer of s (rows from the known tokens). True when every layer
   /// took them; checks the blocks_to_grow prediction either way.
   bool append_rows(SeqId s, std::size_t n) {
+    touched_.push_back(s);
     RefSeq& r = seqs_[s];
     const std::size_t need = pool_.blocks_to_grow(s, n), free = pool_.free_blocks();
     const std::size_t H = cfg_.n_kv_heads, d = cfg_.head_dim;
@@ -180,7 +192,42 @@ class Harness {
     return all;
   }
 
-  void check() const {
+  std::vector<SeqId> live_ids() const {
+    std::vector<SeqId> ids;
+    for (const auto& [id, r] : seqs_) ids.push_back(id);
+    return ids;
+  }
+
+  /// Every row of the given sequences and of every sequence sharing a block with one of them (a
+  /// write that skipped copy-on-write shows there), against the rows of their known tokens.
+  void check_rows(const std::vector<SeqId>& ids) const {
+    std::set<std::uint32_t> blocks;
+    for (const SeqId id : ids)
+      if (seqs_.contains(id))
+        for (const auto b : pool_.block_table(id)) blocks.insert(b);
+    for (const auto& [id, r] : seqs_) {
+      bool want = std::find(ids.begin(), ids.end(), id) != ids.end();
+      for (const auto b : pool_.block_table(id)) want = want || blocks.contains(b);
+      if (!want) continue;
+      const std::vector<std::uint64_t> c = chain(r.tokens);
+      for (std::size_t layer = 0; layer < cfg_.n_layers; ++layer) {
+        BARATO_FUZZ_CHECK(r.len[layer] <= c.size(), "positions without known tokens");
+        for (std::size_t p = 0; p < r.len[layer]; ++p)
+          for (std::size_t h = 0; h < cfg_.n_kv_heads; ++h) {
+            const auto k = pool_.key(id, layer, h, p), v = pool_.value(id, layer, h, p);
+            for (std::size_t j = 0; j < cfg_.head_dim; ++j) {
+              BARATO_FUZZ_CHECK(k[j] == row_value(c[p], layer, h, j, 0), "sequence ", id, " layer ", layer, " position ", p,
+                                ": wrong key");
+              BARATO_FUZZ_CHECK(v[j] == row_value(c[p], layer, h, j, 1), "sequence ", id, " layer ", layer, " position ", p,
+                                ": wrong value");
+            }
+          }
+      }
+    }
+  }
+
+  /// Sizes, known tokens, tables, reference counts, free blocks and the free list.
+  void check_books() const {
     const std::size_t B = cfg_.block_tokens;
     std::vector<std::uint32_t> refs(cfg_.n_blocks, 0);
     for (const auto& [id, r] : seqs_) {
@@ -194,22 +241,9 @@ class Harness {
       }
       const auto toks = pool_.tokens(id);
       BARATO_FUZZ_CHECK(std::vector<Token>(toks.begin(), toks.end()) == r.tokens, "sequence ", id, ": known tokens differ");
-      const std::vector<std::uint64_t> c = chain(r.tokens);
-      for (std::size_t layer = 0; layer < cfg_.n_layers; ++layer) {
-        BARATO_FUZZ_CHECK(r.len[layer] <= c.size(), "positions without known tokens");
+      for (std::size_t layer = 0; layer < cfg_.n_layers; ++layer)
         BARATO_FUZZ_CHECK(pool_.size(id, layer) == r.len[layer], "sequence ", id, " layer ", layer, ": size ",
                           pool_.size(id, layer), ", expected ", r.len[layer]);
-        for (std::size_t p = 0; p < r.len[layer]; ++p)
-          for (std::size_t h = 0; h < cfg_.n_kv_heads; ++h) {
-            const auto k = pool_.key(id, layer, h, p), v = pool_.value(id, layer, h, p);
-            for (std::size_t j = 0; j < cfg_.head_dim; ++j) {
-              BARATO_FUZZ_CHECK(k[j] == row_value(c[p], layer, h, j, 0), "sequence ", id, " layer ", layer, " position ", p,
-                                ": wrong key");
-              BARATO_FUZZ_CHECK(v[j] == row_value(c[p], layer, h, j, 1), "sequence ", id, " layer ", layer, " position ", p,
-                                ": wrong value");
-            }
-          }
-      }
     }
     std::size_t used = 0;
     for (std::size_t b = 0; b < cfg_.n_blocks; ++b) {
@@ -230,6 +264,7 @@ class Harness {
   barato::kv::PagedConfig cfg_;
   Pool pool_;
   std::map<SeqId, RefSeq> seqs_;
+  std::vector<SeqId> touched_;  // sequences the current operation changed
 };
 
 }  // namespace
