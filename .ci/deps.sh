@@ -1,5 +1,6 @@
-# Sourced by .ci/main and .ci/test: installs the Debian packages barato's build needs, if missing.
-barato_packages=(cmake ninja-build g++ clang libeigen3-dev libxsimd-dev xtl-dev doctest-dev libbenchmark-dev)
+# Sourced by .ci/main and .ci/test: installs the Debian packages barato's build needs, if missing
+# (libclang-rt-14-dev: the libFuzzer and sanitizer runtimes of clang 14, for the fuzz stage).
+barato_packages=(cmake ninja-build g++ clang libclang-rt-14-dev libeigen3-dev libxsimd-dev xtl-dev doctest-dev libbenchmark-dev)
 
 barato_ensure_packages() {
   local missing=()

@@ -260,6 +260,11 @@ inline const GgufTensor& gguf_tensor(const GgufFile& f, const std::string& name,
   if (const GgufTensor* rf = f.tensor("rope_freqs.weight"))
     throw barato::format_error(f.file(), rf->info_offset, "tensor \"rope_freqs.weight\": per-dimension RoPE frequency factors "
                                                           "(Llama 3.1-style scaling) are not supported");
+  // Each block holds 9 tensors: a block_count beyond what the file's tensors can hold is an error
+  // here, before anything is sized by it.
+  if (c.n_layers > f.tensors().size() / 9)
+    bad("llama.block_count", "expected at most " + std::to_string(f.tensors().size() / 9) + " (the file holds " +
+                                 std::to_string(f.tensors().size()) + " tensors, 9 per block), found " + std::to_string(c.n_layers));
   if (!(eps > 0.0)) bad("llama.attention.layer_norm_rms_epsilon", "expected > 0, found " + std::to_string(eps));
   if (!(base > 0.0)) bad("llama.rope.freq_base", "expected > 0, found " + std::to_string(base));
   const GgufTensor* emb = f.tensor("token_embd.weight");

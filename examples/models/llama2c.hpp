@@ -27,6 +27,7 @@
 #include <memory_resource>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "barato/core/error.hpp"
@@ -196,11 +197,11 @@ class Llama2cCheckpoint {
   barato::Buffer<float> payload_;  // [total_floats]
 };
 
-/// Reads a llama2.c checkpoint. The header is validated and the file size must equal the size the
-/// header implies, before any weight is read; weights are read into one buffer from `mr`.
+/// The validated header and layout of a llama2.c checkpoint, weights not read: the header is checked
+/// and the file size must equal the size the header implies (a vocab_size of 2^30 or a seq_len of
+/// 2^31 − 1 in a small file is a `format_error` naming the field), before anything is allocated.
 /// Throws `barato::io_error` when the file cannot be opened, `barato::format_error` for a bad file.
-[[nodiscard]] inline Llama2cCheckpoint read_llama2c(const std::filesystem::path& path,
-                                                    std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+[[nodiscard]] inline Llama2cLayout read_llama2c_layout(const std::filesystem::path& path, Llama2cHeader* header = nullptr) {
   const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
@@ -232,6 +233,12 @@ class Llama2cCheckpoint {
         where = std::string(t.name) + " (starts at byte " + std::to_string(kLlama2cHeaderBytes + t.offset * 4) +
                 ", float " + std::to_string(have - std::min(have, t.offset)) + " of " + std::to_string(t.floats) +
                 (per_layer != t.floats ? ", " + std::to_string(per_layer) + " per layer" : std::string()) + ")";
+        // The header field that sizes that tensor beyond the file (a hostile vocab_size or seq_len).
+        const std::string_view name = t.name;
+        if (name == "token_embedding" || name == "wcls")
+          where += ", sized by header field vocab_size (byte 20) = " + std::to_string(h.vocab_size);
+        else if (name == "freq_cis")
+          where += ", sized by header field seq_len (byte 24) = " + std::to_string(h.seq_len);
         break;
       }
     throw barato::format_error(file, size, "truncated weights: the header implies a file of " + std::to_string(expected) +
@@ -241,7 +248,20 @@ class Llama2cCheckpoint {
     throw barato::format_error(file, expected, "trailing bytes: the header implies a file of " + std::to_string(expected) +
                                                    " bytes, found " + std::to_string(size) + " (" +
                                                    std::to_string(size - expected) + " extra)");
+  if (header != nullptr) *header = h;
+  return L;
+}
 
+/// Reads a llama2.c checkpoint: `read_llama2c_layout`'s checks, then the weights into one buffer from
+/// `mr`. Throws `barato::io_error` when the file cannot be opened, `barato::format_error` for a bad file.
+[[nodiscard]] inline Llama2cCheckpoint read_llama2c(const std::filesystem::path& path,
+                                                    std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+  const std::string file = path.string();
+  Llama2cHeader h;
+  const Llama2cLayout L = read_llama2c_layout(path, &h);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
+  in.seekg(static_cast<std::streamoff>(kLlama2cHeaderBytes));
   barato::Buffer<float> payload(L.total_floats, mr);  // [total_floats]
   // Read in chunks: streamsize is signed and a single huge read is not portable.
   constexpr std::size_t kChunk = std::size_t{1} << 26;

@@ -34,24 +34,6 @@
 
 namespace barato_examples {
 
-/// The validated layout of a llama2.c checkpoint from its header and file size (weights not read).
-/// `io_error` / `format_error` as `read_llama2c`.
-[[nodiscard]] inline Llama2cLayout read_llama2c_layout(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
-  Llama2cHeader h;
-  in.read(reinterpret_cast<char*>(&h), sizeof(h));
-  if (in.gcount() != static_cast<std::streamsize>(sizeof(h)))
-    throw barato::format_error(file, static_cast<std::size_t>(in.gcount()), "truncated header: expected 28 bytes (7 int32)");
-  const Llama2cLayout L = llama2c_layout(h, file);
-  const auto size = static_cast<std::size_t>(std::filesystem::file_size(path));
-  if (size != L.file_bytes())
-    throw barato::format_error(file, size, "the header implies a file of " + std::to_string(L.file_bytes()) +
-                                               " bytes, found " + std::to_string(size));
-  return L;
-}
-
 /// A model file opened for the tools: its config (context override applied) and, for GGUF, the
 /// mapped file the weights and vocabulary are read from.
 class ModelFile {

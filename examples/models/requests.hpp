@@ -23,8 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,6 +32,7 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/token.hpp"
+#include "models/read_file.hpp"
 
 namespace barato_examples {
 
@@ -234,9 +233,12 @@ I integer_value(JsonLine& j, std::string_view key, std::string_view text, I lo, 
   return static_cast<I>(v);
 }
 
+/// A JSON number as a float: a value beyond float's range (1e39 overflows to infinity) is refused,
+/// not turned into inf (found by tests/fuzz/requests_fuzz.cpp: "temperature": 1.5e51 was accepted).
 inline float float_value(JsonLine& j, std::string_view key, std::string_view text, std::string_view expected) {
   const double v = std::strtod(std::string(text).c_str(), nullptr);
-  if (!std::isfinite(v)) j.fail_value(key, expected, text);
+  if (!std::isfinite(v) || !std::isfinite(static_cast<float>(v)))
+    j.fail_value(key, std::string(expected) + " (within float range)", text);
   return static_cast<float>(v);
 }
 
@@ -363,11 +365,10 @@ inline RequestSpec parse_request_line(std::string_view text, std::string_view fi
   return out;
 }
 
-/// Reads and parses a request file. Throws `barato::io_error` when it cannot be read.
+/// Reads (at most kMaxRequestFileBytes, see read_file.hpp) and parses a request file. Throws
+/// `barato::io_error` when it cannot be read or is larger than the limit (an endless stream too).
 [[nodiscard]] inline std::vector<RequestSpec> load_requests(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  barato::require<barato::io_error>(static_cast<bool>(in), "cannot open request file ", path.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_bounded(path, kMaxRequestFileBytes, "request file");
   return parse_requests(text, path.string());
 }
 

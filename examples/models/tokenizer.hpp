@@ -26,8 +26,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <queue>
 #include <span>
 #include <string>
@@ -38,6 +36,7 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/token.hpp"
+#include "models/read_file.hpp"
 
 namespace barato_examples {
 
@@ -50,13 +49,23 @@ inline constexpr Token kEos = 2;
 inline constexpr Token kByteFallbackOffset = 3;
 /// run.c's initial best score: merges scoring at or below it are never applied.
 inline constexpr float kNoMergeScore = -1e10f;
+/// Longest piece (and max_token_length) a Tokenizer accepts, in bytes. Building the merge tables
+/// splits every piece at every byte, O(len²) per piece, so an unbounded length would let a small
+/// hostile file cost hours; real llama2.c tokenizers stay far below (tok512: 7, Llama 2's: 48).
+inline constexpr std::size_t kMaxTokenLength = 1024;
+/// Longest concatenation of two symbols the encoder's boundary test (`crossable`) looks up; longer
+/// ones are assumed crossable (costs only speed), so its table holds O(Σ len · 32) substrings.
+inline constexpr std::size_t kMaxCrossableBytes = 32;
 
 class Tokenizer {
  public:
   /// Builds a tokenizer from pieces and scores (same length, ≥ 259 = 3 specials + 256 byte pieces).
-  /// `max_token_length` bounds every piece's length. Throws `barato::value_error` otherwise.
+  /// `max_token_length` (≤ kMaxTokenLength) bounds every piece's length. Throws `barato::value_error`
+  /// otherwise.
   Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::size_t max_token_length)
       : pieces_(std::move(pieces)), scores_(std::move(scores)), max_len_(max_token_length) {
+    barato::require<barato::value_error>(max_len_ <= kMaxTokenLength, "Tokenizer: max_token_length ", max_len_,
+                                         " exceeds the supported maximum of ", kMaxTokenLength, " bytes");
     barato::require<barato::value_error>(pieces_.size() == scores_.size(), "Tokenizer: ", pieces_.size(), " pieces but ",
                                          scores_.size(), " scores");
     barato::require<barato::value_error>(pieces_.size() >= 259, "Tokenizer: expected >= 259 tokens (3 special + 256 byte "
@@ -257,7 +266,8 @@ class Tokenizer {
     std::vector<std::uint64_t> subs;
     for (const auto& p : pieces_)
       for (std::size_t i = 0; i < p.size(); ++i)
-        for (std::size_t len = 2; i + len <= p.size(); ++len) subs.push_back(bytes_hash(std::string_view(p).substr(i, len)));
+        for (std::size_t len = 2; i + len <= p.size() && len <= kMaxCrossableBytes; ++len)
+          subs.push_back(bytes_hash(std::string_view(p).substr(i, len)));
     std::size_t scap = 16;
     while (scap < 2 * subs.size() + 1) scap *= 2;
     substrings_.assign(scap, 0);
@@ -281,6 +291,7 @@ class Tokenizer {
     const std::string& pb = pieces_[static_cast<std::size_t>(b)];
     if (pa.empty() || pb.empty()) return true;
     if (pa.size() + pb.size() > max_len_) return false;
+    if (pa.size() + pb.size() > kMaxCrossableBytes) return true;  // not in the table (see kMaxCrossableBytes)
     std::uint64_t h = 0xcbf29ce484222325ull;
     for (const char c : pa) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
     h = bytes_hash(pb, h);
@@ -398,16 +409,14 @@ class Tokenizer {
   std::vector<std::uint32_t> merge_rank_;  // [vocab] 1 + rank of the score among mergeable scores; 0 = never
 };
 
-/// Reads a llama2.c tokenizer file. With `vocab_size` > 0 exactly that many records are read and
-/// trailing bytes are an error; with 0 records are read until the end of the file. Every read is
-/// length-checked: a record running past the end, a negative length, a piece longer than
-/// max_token_length → `barato::format_error` (file, byte offset, expected vs found).
-[[nodiscard]] inline Tokenizer load_tokenizer(const std::filesystem::path& path, std::size_t vocab_size = 0) {
-  const std::string file = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw barato::io_error(file + ": cannot open tokenizer file");
-  const std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw barato::io_error(file + ": read error");
+/// Parses the bytes of a llama2.c tokenizer file (named `file` in messages). With `vocab_size` > 0
+/// exactly that many records are read and trailing bytes are an error; with 0 records are read
+/// until the end. Every read is length-checked before anything is allocated for it: a
+/// max_token_length ≤ 0, above kMaxTokenLength or above the bytes after the header, a record
+/// running past the end, a negative length, a piece longer than max_token_length, fewer records
+/// than vocab_size → `barato::format_error` (file, byte offset, field, expected vs found). Memory
+/// is reserved only for the records the file's size can hold.
+[[nodiscard]] inline Tokenizer parse_tokenizer(std::string_view data, const std::string& file, std::size_t vocab_size = 0) {
   std::size_t off = 0;
   const auto need = [&](std::size_t n, const char* what) {
     if (data.size() - off < n)
@@ -423,12 +432,18 @@ class Tokenizer {
   };
   const std::int32_t max_len = read_i32("header (max_token_length)");
   if (max_len <= 0) throw barato::format_error(file, 0, "max_token_length: expected > 0, found " + std::to_string(max_len));
+  const std::size_t after_header = data.size() - off;
+  if (static_cast<std::size_t>(max_len) > std::min(kMaxTokenLength, after_header))
+    throw barato::format_error(file, 0, "max_token_length: expected <= " + std::to_string(kMaxTokenLength) +
+                                            " and <= the " + std::to_string(after_header) +
+                                            " bytes after the header, found " + std::to_string(max_len));
   std::vector<std::string> pieces;
   std::vector<float> scores;
-  if (vocab_size > 0) {
-    pieces.reserve(vocab_size);
-    scores.reserve(vocab_size);
-  }
+  // A record is at least 8 bytes (score + length): room is reserved for no more records than the
+  // file can hold, whatever vocab_size says (a short file then fails at its first missing record).
+  const std::size_t fit = std::min(vocab_size, after_header / 8);
+  pieces.reserve(fit);
+  scores.reserve(fit);
   while (vocab_size > 0 ? pieces.size() < vocab_size : off < data.size()) {
     const std::string rec = "token " + std::to_string(pieces.size());
     const std::size_t rec_off = off;
@@ -457,6 +472,13 @@ class Tokenizer {
     throw barato::format_error(file, off, "expected >= 259 tokens (3 special + 256 byte pieces), found " +
                                               std::to_string(pieces.size()));
   return Tokenizer(std::move(pieces), std::move(scores), static_cast<std::size_t>(max_len));
+}
+
+/// Reads a llama2.c tokenizer file (at most kMaxTokenizerFileBytes, see read_file.hpp) and parses
+/// it with `parse_tokenizer`. Throws `barato::io_error` when it cannot be read or is too large.
+[[nodiscard]] inline Tokenizer load_tokenizer(const std::filesystem::path& path, std::size_t vocab_size = 0) {
+  const std::string data = read_bounded(path, kMaxTokenizerFileBytes, "tokenizer file");
+  return parse_tokenizer(data, path.string(), vocab_size);
 }
 
 }  // namespace barato_examples

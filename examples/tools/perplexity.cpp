@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,6 +24,7 @@
 #include "models/llama.hpp"
 #include "models/model_file.hpp"
 #include "models/perplexity.hpp"
+#include "models/read_file.hpp"
 #include "models/token_ids.hpp"
 #include "models/tokenizer.hpp"
 
@@ -109,10 +108,8 @@ int tool_main(int argc, const char* const* argv) {
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
   if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
-  const std::string& input_path = ids_path.empty() ? text_path : ids_path;
-  std::ifstream in(input_path, std::ios::binary);
-  if (!in) throw barato::io_error(input_path + ": cannot open " + (ids_path.empty() ? "text" : "token-id") + " file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = ids_path.empty() ? read_bounded(text_path, kMaxTextFileBytes, "text file")
+                                            : read_bounded(ids_path, kMaxTextFileBytes, "token-id file");
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Token> ids;

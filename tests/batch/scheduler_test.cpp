@@ -1,10 +1,13 @@
 // batch::Scheduler: a property test over random workloads (arrivals, prompt and output lengths,
 // budgets, slot counts, pool sizes down to ones that force preemption, prefix-sharing prompts)
-// against each request run alone, plus the policies, rejections, errors and the no-allocation rule.
+// against each request run alone (support/scheduler_property.hpp, shared with the fuzz harness
+// tests/fuzz/scheduler_fuzz.cpp), plus the policies, rejections, errors and the no-allocation rule.
 // The fake model (batch/simulator.hpp) keeps its state in the pool's K rows, so any mix-up of
 // sequences, blocks, prefix hits or recomputation changes the output.
 
+#include "support/alloc_counter.hpp"
 #include "support/fault_injection.hpp"
+#include "support/scheduler_property.hpp"
 
 #include <doctest/doctest.h>
 
@@ -30,222 +33,32 @@ using batch::RequestStatus;
 using batch::SchedulerConfig;
 using Pool = kv::PagedPool<float>;
 
-constexpr std::size_t kVocab = 48;
+constexpr std::size_t kVocab = test::kSchedVocab;
+using Outcome = test::SchedOutcome;
+using test::run_alone;
 
 kv::PagedConfig pool_config(std::size_t n_blocks, std::size_t block_tokens, std::size_t layers = 2) {
-  return {.n_layers = layers, .n_kv_heads = 2, .head_dim = 4, .block_tokens = block_tokens, .n_blocks = n_blocks};
+  return test::sched_pool_config(n_blocks, block_tokens, layers);
 }
+batch::TableCost test_cost() { return test::sched_test_cost(); }
+constexpr auto temperature_sampler = test::sched_temperature_sampler;
 
-batch::TableCost test_cost() {
-  return batch::TableCost({.decode = {{1, 1e-3}, {8, 1.5e-3}, {64, 4e-3}}, .prefill_token_seconds = 2e-5, .context_token_seconds = 1e-7});
-}
-
-/// Temperature sampling through the request's Rng: exercises the (seed, position) stream.
-Token temperature_sampler(std::span<const float> logits, std::span<const Token>, sample::Rng& rng) {
-  std::vector<float> scaled(logits.begin(), logits.end()), probs(logits.size());
-  for (float& x : scaled) x *= 8.0f;
-  sample::softmax_into(scaled, probs);
-  return sample::draw(probs, rng);
-}
-
-struct Outcome {
-  std::vector<Token> output;
-  FinishReason reason = FinishReason::none;
-};
-
-/// The request run alone, on a pool large enough for it.
-Outcome run_alone(const Request& r, std::size_t max_context, std::size_t block_tokens) {
-  Pool pool(pool_config(4096, block_tokens));
-  batch::Scheduler<Pool> s(pool, {.max_slots = 1, .token_budget = 64, .prefill_chunk = 64, .max_context = max_context});
-  batch::SimExecutor<> exec(pool, kVocab, test_cost());
-  Request copy = r;
-  copy.arrival = 0;
-  copy.priority = 0;
-  const auto id = s.submit(copy);
-  (void)batch::run(s, exec, 100000);
-  REQUIRE(s.done());
-  return {std::vector<Token>(s.output(id).begin(), s.output(id).end()), s.finish_reason(id)};
-}
-
-/// Checks one plan against the scheduler's rules before it runs.
-template <class Sched>
-void check_plan(const batch::StepPlan& plan, const Sched& s, const Pool& pool) {
-  const SchedulerConfig& cfg = s.config();
-  REQUIRE(plan.tokens() <= cfg.token_budget);
-  REQUIRE(plan.chunks.size() + plan.padding_slots <= cfg.max_slots);
-  bool seen_prefill = false;
-  std::set<batch::RequestId> reqs;
-  std::set<std::size_t> slots;
-  std::size_t rows = 0, dec = 0, pre = 0;
-  for (const batch::SeqChunk& c : plan.chunks) {
-    REQUIRE(reqs.insert(c.request).second);  // each request at most once
-    REQUIRE(c.slot < cfg.max_slots);
-    REQUIRE(slots.insert(c.slot).second);
-    REQUIRE(!c.tokens.empty());
-    if (c.decode) {
-      REQUIRE_FALSE(seen_prefill);  // every decode before any prefill
-      REQUIRE(c.tokens.size() == 1);
-      REQUIRE(c.wants_logits);
-      dec += 1;
-    } else {
-      seen_prefill = true;
-      REQUIRE(c.tokens.size() <= cfg.prefill_chunk);
-      pre += c.tokens.size();
-    }
-    REQUIRE(pool.size(c.seq, 0) == c.pos);  // the chunk starts at the cache's end
-    REQUIRE(c.pos + c.tokens.size() <= cfg.max_context);
-    rows += c.wants_logits ? 1 : 0;
-    CHECK(s.status(c.request) == RequestStatus::running);
-  }
-  REQUIRE(rows == plan.logits_rows);
-  REQUIRE(dec == plan.decode_tokens);
-  REQUIRE(pre == plan.prefill_tokens);
-}
-
-std::size_t lcp(std::span<const Token> a, std::span<const Token> b) {
-  std::size_t i = 0;
-  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-  return i;
-}
-
-struct Totals {
-  std::size_t runs = 0, preempted_runs = 0, hit_runs = 0, rejected = 0;
-};
-
+/// The property (support/scheduler_property.hpp) on the workload drawn from `seed`.
 template <class Policy>
-void property_run(std::uint64_t seed, Totals& totals) {
-  sample::Rng rng(seed);
-  const auto uni = [&](std::size_t lo, std::size_t hi) { return lo + static_cast<std::size_t>(rng() % (hi - lo + 1)); };
-  const std::size_t slots = uni(1, 8);
-  const SchedulerConfig cfg{.max_slots = slots, .token_budget = uni(slots, slots + 40), .prefill_chunk = uni(1, 24),
-                            .max_context = uni(12, 96)};
-  const std::size_t B = std::size_t{1} << uni(0, 3);
-  const std::size_t n_req = uni(1, 16);
-  // prompts: a few families sharing prefixes
-  std::vector<std::vector<Token>> families(uni(1, 3));
-  for (auto& f : families) {
-    f.resize(uni(1, 40));
-    for (Token& t : f) t = static_cast<Token>(rng() % kVocab);
+void property_run(std::uint64_t seed, test::SchedTotals& totals) {
+  test::RngSource src{sample::Rng(seed)};
+  const test::SchedulerWorkload w = test::make_workload(src);
+  try {
+    test::check_scheduler_property<Policy>(w, totals);
+  } catch (const test::PropertyViolation& e) {
+    FAIL("seed " << seed << ": " << e.what());
   }
-  std::vector<Request> reqs(n_req);
-  std::size_t longest = 1;
-  for (std::size_t i = 0; i < n_req; ++i) {
-    Request& r = reqs[i];
-    const auto& f = families[rng() % families.size()];
-    r.prompt.assign(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(uni(0, f.size())));
-    for (std::size_t extra = uni(r.prompt.empty() ? 1 : 0, 12); extra > 0; --extra) r.prompt.push_back(static_cast<Token>(rng() % kVocab));
-    if (rng() % 10 == 0) r.prompt.resize(cfg.max_context + uni(0, 3), 1);  // sometimes too long: rejected
-    r.max_tokens = uni(1, 40);
-    if (rng() % 3 == 0) r.stop_tokens = {static_cast<Token>(rng() % kVocab), static_cast<Token>(rng() % kVocab)};
-    if (rng() % 2 == 0) r.sampler = temperature_sampler;
-    r.seed = rng();
-    r.arrival = uni(0, 30);
-    r.priority = static_cast<int>(uni(0, 2));
-    if (r.prompt.size() + 1 <= cfg.max_context) longest = std::max(longest, std::min(r.prompt.size() + r.max_tokens, cfg.max_context));
-  }
-  // pools from "one request barely fits" (preemption) to roomy
-  const std::size_t min_blocks = std::max<std::size_t>(2, (longest - 1 + B - 1) / B);
-  const std::size_t n_blocks = rng() % 3 == 0 ? std::max<std::size_t>(1, min_blocks - (rng() % 4 == 0 ? 1 : 0))
-                                              : uni(min_blocks, 4 * min_blocks + 8);
-  Pool pool(pool_config(n_blocks, B));
-  batch::Scheduler<Pool, Policy> s(pool, cfg);
-  batch::SimExecutor<> exec(pool, kVocab, test_cost(), cfg.token_budget);
-  for (const Request& r : reqs) (void)s.submit(r);
-
-  std::vector<float> logits(cfg.max_slots * kVocab);
-  std::size_t steps = 0;
-  double clock = 0.0;
-  std::vector<std::size_t> last_step(n_req, 0);
-  std::size_t hold_batch_admit = static_cast<std::size_t>(-1);  // Static: step of the current batch's admission
-  while (!s.done()) {
-    REQUIRE(steps < 20000);
-    const batch::StepPlan plan = s.schedule();
-    check_plan(plan, s, pool);
-    if constexpr (std::is_same_v<Policy, batch::Static>) {
-      // members keep their slots: a request is admitted only at a step where no slot was held before
-      for (const batch::SeqChunk& c : plan.chunks)
-        if (s.metrics(c.request).admit_step == plan.step && s.metrics(c.request).preemptions == 0) {
-          if (hold_batch_admit != plan.step) {
-            REQUIRE(plan.padding_slots == 0);
-            hold_batch_admit = plan.step;
-          }
-        }
-      REQUIRE(plan.padding_slots + s.running() <= cfg.max_slots);
-    }
-    const std::span<float> rows(logits.data(), plan.logits_rows * kVocab);
-    const double secs = exec.run(plan, rows);
-    clock += secs;
-    s.complete(rows, secs);
-    for (const batch::SeqChunk& c : plan.chunks) last_step[c.request] = plan.step;
-    ++steps;
-  }
-  CHECK(s.clock() == doctest::Approx(clock));
-  // no block leaked
-  CHECK(pool.used_blocks() == 0);
-  CHECK(pool.free_blocks() == n_blocks);
-
-  std::size_t hits = 0;
-  bool any_preempted = false;
-  for (std::size_t i = 0; i < n_req; ++i) {
-    const Request& r = reqs[i];
-    const auto& m = s.metrics(i);
-    const bool too_long = r.prompt.size() + 1 > cfg.max_context;
-    const std::size_t final_len = std::min(r.prompt.size() + r.max_tokens, cfg.max_context);
-    const bool too_big = (final_len - 1 + B - 1) / B > n_blocks;
-    if (too_long || too_big) {
-      CHECK(s.status(i) == RequestStatus::rejected);
-      CHECK(s.finish_reason(i) == FinishReason::rejected);
-      CHECK(s.output(i).empty());
-      ++totals.rejected;
-      continue;
-    }
-    REQUIRE(s.status(i) == RequestStatus::finished);
-    const Outcome alone = run_alone(r, cfg.max_context, B);
-    INFO("seed ", seed, " request ", i, " preemptions ", m.preemptions);
-    CHECK(std::vector<Token>(s.output(i).begin(), s.output(i).end()) == alone.output);
-    CHECK(s.finish_reason(i) == alone.reason);
-    CHECK(m.generated == s.output(i).size());
-    CHECK(m.arrival_step >= r.arrival);
-    CHECK(m.admit_step >= m.arrival_step);
-    CHECK(m.finish_step == last_step[i] + 1 - m.arrival_step);
-    if (m.generated > 0) CHECK(m.first_token_step <= m.finish_step);
-    CHECK(m.finish_seconds >= m.first_token_seconds);
-    hits += m.prefix_hit_tokens;
-    any_preempted = any_preempted || m.preemptions > 0;
-    // a hit never exceeds what another request (or itself, before a preemption) put in the cache
-    if (m.preemptions == 0) {
-      std::size_t shared = 0;
-      for (std::size_t j = 0; j < n_req; ++j) {
-        if (j == i || s.status(j) == RequestStatus::rejected) continue;
-        std::vector<Token> other = reqs[j].prompt;
-        other.insert(other.end(), s.output(j).begin(), s.output(j).end());
-        shared = std::max(shared, lcp(r.prompt, other));
-      }
-      CHECK(m.prefix_hit_tokens <= std::min(shared, r.prompt.size() - 1) / B * B);
-    } else {
-      CHECK(m.prefix_hit_tokens <= (m.preemptions + 1) * (r.prompt.size() + m.generated));
-    }
-    CHECK(m.prefill_tokens + m.prefix_hit_tokens >= r.prompt.size());
-  }
-  CHECK(hits == pool.prefix_stats().tokens_saved);
-  // admission order: FCFS within a priority, higher priority first among those queued together
-  for (std::size_t a = 0; a < n_req; ++a)
-    for (std::size_t b = 0; b < n_req; ++b) {
-      if (a == b || s.status(a) == RequestStatus::rejected || s.status(b) == RequestStatus::rejected) continue;
-      const auto &ma = s.metrics(a), &mb = s.metrics(b);
-      const bool a_first = ma.arrival_step != mb.arrival_step ? ma.arrival_step < mb.arrival_step : a < b;
-      if (reqs[a].priority == reqs[b].priority && a_first) CHECK(ma.admit_rank < mb.admit_rank);
-      if (reqs[a].priority > reqs[b].priority && ma.arrival_step <= mb.admit_step) CHECK(ma.admit_rank < mb.admit_rank);
-    }
-  ++totals.runs;
-  totals.preempted_runs += any_preempted ? 1 : 0;
-  totals.hit_runs += hits > 0 ? 1 : 0;
 }
 
 }  // namespace
 
 TEST_CASE("Scheduler (continuous): every request finishes once with its solo output, on any workload and pool") {
-  Totals t;
+  test::SchedTotals t;
   for (std::uint64_t seed = 1; seed <= 400; ++seed) property_run<batch::Continuous>(seed, t);
   MESSAGE("runs ", t.runs, ", with preemption ", t.preempted_runs, ", with prefix hits ", t.hit_runs, ", rejected requests ", t.rejected);
   CHECK(t.preempted_runs >= 5);  // the tiny pools do force preemption
@@ -254,7 +67,7 @@ TEST_CASE("Scheduler (continuous): every request finishes once with its solo out
 }
 
 TEST_CASE("Scheduler (static): the same outputs, and slots are held until the whole batch finishes") {
-  Totals t;
+  test::SchedTotals t;
   for (std::uint64_t seed = 1001; seed <= 1200; ++seed) property_run<batch::Static>(seed, t);
   CHECK(t.preempted_runs >= 2);
 }

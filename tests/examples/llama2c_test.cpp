@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "barato/core/memory.hpp"
 #include "models/llama2c.hpp"
 #include "support/data.hpp"
 
@@ -188,6 +189,36 @@ TEST_CASE("llama2c: file size disagreeing with the header") {
     h.vocab_size = -16;
     const auto e = expect_format_error(write_file("nowcls.bin", h, n));
     CHECK(std::string(e.what()).find("wcls") != std::string::npos);
+  }
+}
+
+TEST_CASE("llama2c: a hostile vocab_size or seq_len in a 1 MiB file is refused before any allocation, naming the field") {
+  // The stories260K shapes with one field blown up; the file is 1 MiB of header + zeros.
+  const Llama2cHeader base{64, 172, 5, 8, 4, 512, 512};
+  const std::size_t floats = ((std::size_t{1} << 20) - 28) / 4;
+  struct Case {
+    const char* field;
+    Llama2cHeader h;
+    std::string value;
+  };
+  Llama2cHeader vocab = base, seq = base;
+  vocab.vocab_size = 1 << 30;
+  seq.seq_len = 2147483647;
+  for (const Case& c : {Case{"vocab_size (byte 20)", vocab, "1073741824"}, Case{"seq_len (byte 24)", seq, "2147483647"}}) {
+    CAPTURE(c.field);
+    const fs::path p = write_file("hostile.bin", c.h, floats);
+    barato::CountingResource mem;
+    try {
+      (void)read_llama2c(p, &mem);
+      FAIL("expected barato::format_error");
+    } catch (const barato::format_error& e) {
+      const std::string msg = e.what();
+      CHECK(e.file() == p.string());
+      CHECK(e.offset() == std::size_t{1} << 20);  // where the file ends
+      CHECK_MESSAGE(msg.find(std::string("header field ") + c.field + " = " + c.value) != std::string::npos, msg);
+      CHECK_MESSAGE(msg.find("found 1048576 bytes") != std::string::npos, msg);  // expected vs found
+    }
+    CHECK(mem.peak() == 0);  // nothing was allocated for the payload
   }
 }
 

@@ -76,6 +76,11 @@ TEST_CASE("malformed request files name FILE:LINE and what was expected") {
       {"\n  \n", "expected at least one request line"},
       {"{\"prompt\": \"x\", \"max_tokens\": 2, \"seed\": -1}", "\"seed\": expected an integer in [0, 2^64)"},
       {std::string("{\"prompt\": \"a\tb\", \"max_tokens\": 2}"), "no raw control character"},
+      // regression (tests/fuzz/regressions/requests/temperature_beyond_float.jsonl): a value beyond
+      // float's range used to become +inf and pass the "≥ 0" check
+      {"{\"prompt\": \"a\", \"max_tokens\": 1, \"temperature\": 1.5e51}",
+       "reqs.jsonl:1: \"temperature\": expected a number ≥ 0 (within float range), found 1.5e51"},
+      {"{\"prompt\": \"a\", \"max_tokens\": 1, \"min_p\": -1e39}", "\"min_p\": expected a number in [0, 1) (within float range)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.text);

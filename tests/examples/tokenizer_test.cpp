@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -194,7 +195,32 @@ TEST_CASE("tokenizer: bad files") {
   b = good;
   b.push_back(0);
   expect(b, 259, good.size(), "trailing");
+  // Bounded by the file (issue 15): a vocab_size of 2^30 reserves room only for the records the
+  // file can hold and fails at the first missing one (it used to reserve 2^30 strings: bad_alloc).
+  expect(good, std::size_t{1} << 30, good.size(), "token 259");
+  // max_token_length 2^30, or beyond kMaxTokenLength, or beyond the file's size: refused at byte 0.
+  b = good;
+  b[0] = 0; b[1] = 0; b[2] = 0; b[3] = 0x40;  // 2^30
+  expect(b, 259, 0, "max_token_length: expected <= 1024");
+  b = good;
+  b[0] = 0x01; b[1] = 0x04;  // 1025
+  expect(b, 259, 0, "found 1025");
+  expect({8, 0, 0, 0, 0, 0, 0, 0}, 0, 0, "<= the 4 bytes after the header, found 8");
   CHECK_THROWS_AS((void)barato_examples::load_tokenizer(temp_dir() / "nope.bin"), barato::io_error);
+  CHECK_THROWS_AS((void)barato_examples::load_tokenizer("/dev/zero"), barato::io_error);  // endless: bounded read
+}
+
+TEST_CASE("tokenizer: a piece of kMaxTokenLength bytes builds quickly; longer ones are refused") {
+  // Building the merge tables is O(len²) per piece; the boundary table keeps O(len · 32) entries.
+  std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
+  for (int b = 0; b < 256; ++b) pieces.emplace_back(1, static_cast<char>(b));
+  pieces.emplace_back(barato_examples::kMaxTokenLength, 'a');
+  pieces.emplace_back(" ");
+  std::vector<float> scores(pieces.size(), 1.0f);
+  const Tokenizer t(pieces, scores, barato_examples::kMaxTokenLength);
+  const std::string text(2 * barato_examples::kMaxTokenLength + 3, 'a');
+  CHECK(as_int(t.encode(text, false)) == reference_of(t).encode(text, false));
+  CHECK_THROWS_AS(Tokenizer(pieces, scores, barato_examples::kMaxTokenLength + 1), barato::value_error);
 }
 
 TEST_CASE("tokenizer: tok512 examples from the README and random strings vs the reference") {

@@ -13,38 +13,21 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 #include "support/data.hpp"
+#include "support/broken_files.hpp"
+#include "support/run_tool.hpp"
 #include "support/reference_file.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = barato::test::ToolResult;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run_tool(const std::string& flags) {
-  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
-  fs::create_directories(dir);
-  const std::string cmd = std::string(BARATO_BATCH_TOOL) + " " + flags + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  return r;
+Result run_tool(const std::string& flags, int timeout_s = 0) {
+  return barato::test::run_tool(BARATO_BATCH_TOOL, flags, "barato_batch_tool_check", timeout_s);
 }
 
 /// The value of "key": in one JSON output line (a string's raw text, a number, or an array's text).
@@ -182,4 +165,29 @@ TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad 
   REQUIRE(out.size() == 2);
   CHECK(field(out.at("big"), "error").find("pool") != std::string::npos);
   CHECK(ints(field(out.at("small"), "generated_ids")).size() == 8);
+}
+
+TEST_CASE("barato_batch: an endless request file, a hostile checkpoint or tokenizer exit 1 with one error line") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  fs::create_directories(dir);
+  using barato::test::one_error_line;
+  // /dev/zero used to hang (read until memory ran out): now the read stops at the limit.
+  const Result z = run_tool("--requests /dev/zero", 60);
+  CHECK(z.status == 1);
+  CHECK_MESSAGE(one_error_line(z.err, "barato_batch", "/dev/zero", "request file", "limit"), z.err);
+  CHECK(z.out.empty());
+  std::ofstream(dir / "ok.jsonl") << "{\"prompt\": \"Once\", \"max_tokens\": 2}\n";
+  const std::string reqs = "--requests " + (dir / "ok.jsonl").string();
+  const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
+  const Result m = run_tool(reqs + " --model " + ck.string(), 60);
+  CHECK(m.status == 1);
+  CHECK_MESSAGE(one_error_line(m.err, "barato_batch", ck.string(), "byte offset", "seq_len", "2147483647"), m.err);
+  CHECK(m.out.empty());
+  const fs::path tok = barato::test::write_hostile_tokenizer(dir / "hostile_tok.bin");
+  const Result t = run_tool(reqs + " --tokenizer " + tok.string(), 60);
+  CHECK(t.status == 1);
+  CHECK_MESSAGE(one_error_line(t.err, "barato_batch", tok.string(), "byte offset 0", "max_token_length", "1073741824"), t.err);
+  CHECK(t.out.empty());
 }

@@ -10,37 +10,19 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "support/data.hpp"
+#include "support/broken_files.hpp"
+#include "support/run_tool.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = barato::test::ToolResult;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Result run_tool(const std::string& flags) {
-  const fs::path dir = fs::temp_directory_path() / "barato_perplexity_tool_check";
-  fs::create_directories(dir);
-  const std::string cmd =
-      std::string(BARATO_PERPLEXITY_TOOL) + " " + flags + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int rc = std::system(cmd.c_str());
-  Result r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
-  return r;
+Result run_tool(const std::string& flags, int timeout_s = 0) {
+  return barato::test::run_tool(BARATO_PERPLEXITY_TOOL, flags, "barato_perplexity_tool_check", timeout_s);
 }
 
 /// The raw text of a number field "key": in the JSON line ("" when absent).
@@ -124,14 +106,75 @@ TEST_CASE("barato_perplexity --model X.gguf: the GGUF conversion scores as the l
   const Result short_ctx = run_tool(base + " --model " + (dir / "stories260K/stories260K-f32.gguf").string());
   REQUIRE(short_ctx.status == 0);
   CHECK(number(short_ctx.out, "windows") > number(bin.out, "windows"));
-  // A Q4_0 file: --weights file (dequantized for now) and --weights fp32 agree; re-quantizing is accepted.
+  // A Q4_0 file: --weights file keeps ggml's Q4_0 blocks (activations quantized in the product),
+  // --weights fp32 dequantizes them exactly: close, not equal; both differ from the fp32 model.
   const std::string q4 = base + " --context 512 --model " + (dir / "stories260K/stories260K-h192-q4_0.gguf").string();
   const Result file = run_tool(q4);
   const Result fp32 = run_tool(q4 + " --weights fp32");
   REQUIRE(file.status == 0);
   REQUIRE(fp32.status == 0);
-  CHECK(field(file.out, "perplexity") == field(fp32.out, "perplexity"));
-  CHECK(field(file.out, "perplexity") != field(bin.out, "perplexity"));
+  CHECK(number(file.out, "perplexity") == doctest::Approx(number(fp32.out, "perplexity")).epsilon(0.01));
+  CHECK(field(file.out, "perplexity") != field(fp32.out, "perplexity"));
+  CHECK(field(fp32.out, "perplexity") != field(bin.out, "perplexity"));
   CHECK(run_tool(q4 + " --weights int8-row").status == 0);
   CHECK(run_tool(q4 + " --weights int9").status == 2);
+}
+
+TEST_CASE("barato_perplexity: an endless text, a hostile checkpoint or tokenizer exit 1 with one error line") {
+  const auto data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_perplexity_tool_check";
+  fs::create_directories(dir);
+  using barato::test::one_error_line;
+  // --text /dev/zero used to hang: now the read stops at the limit.
+  const Result z = run_tool("--quiet --text /dev/zero", 60);
+  CHECK(z.status == 1);
+  CHECK_MESSAGE(one_error_line(z.err, "barato_perplexity", "/dev/zero", "text file", "limit"), z.err);
+  CHECK(z.out.empty());
+  const std::string text = "--quiet --text " + (data / "stories260K/README.md").string();
+  const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
+  const Result m = run_tool(text + " --model " + ck.string(), 60);
+  CHECK(m.status == 1);
+  CHECK_MESSAGE(one_error_line(m.err, "barato_perplexity", ck.string(), "byte offset", "seq_len"), m.err);
+  const fs::path tok = barato::test::write_hostile_tokenizer(dir / "hostile_tok.bin");
+  const Result t = run_tool(text + " --tokenizer " + tok.string(), 60);
+  CHECK(t.status == 1);
+  CHECK_MESSAGE(one_error_line(t.err, "barato_perplexity", tok.string(), "max_token_length"), t.err);
+  CHECK(t.out.empty());
+}
+
+TEST_CASE("barato_perplexity --ids: llama.cpp's Q4_0 greedy sequence scored teacher-forced on the same file") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/reference/llamacpp/greedy_q4_0_once_upon_a_time.txt");
+  if (dir.empty()) return;
+  // The ids file: prompt_ids then generated_ids of the reference, whitespace-separated (BOS first).
+  std::ifstream ref(dir / "stories260K/reference/llamacpp/greedy_q4_0_once_upon_a_time.txt");
+  std::string line, ids;
+  std::size_t n = 0;
+  while (std::getline(ref, line))
+    if (line.starts_with("prompt_ids:") || line.starts_with("generated_ids:")) {
+      const std::string v = line.substr(line.find(':') + 1);
+      ids += v + "\n";
+      std::istringstream in(v);
+      for (std::string t; in >> t;) ++n;
+    }
+  REQUIRE(n > 100);
+  const fs::path tmp = fs::temp_directory_path() / "barato_perplexity_ids.txt";
+  std::ofstream(tmp) << ids;
+  const std::string model = " --context 512 --model " + (dir / "stories260K/stories260K-h192-q4_0.gguf").string();
+  const Result r = run_tool("--quiet --json --ids " + tmp.string() + model);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(number(r.out, "tokens") == n - 1);  // every id after BOS is scored
+  CHECK(r.out.find("\"argmax_ids\": [") != std::string::npos);
+  CHECK(r.out.find("bits_per_byte") == std::string::npos);
+  CHECK(number(r.out, "argmax_agreement") >= 0.98);
+  // Bad files: a non-id, an id outside the vocabulary, no BOS; and --text with --ids is a usage error.
+  for (const char* bad : {"1 403 x", "1 403 999", "403 407"}) {
+    std::ofstream(tmp) << bad;
+    const Result b = run_tool("--quiet --ids " + tmp.string() + model);
+    CHECK_MESSAGE(b.status == 1, bad);
+    CHECK_MESSAGE(barato::test::one_error_line(b.err, "barato_perplexity", tmp.string(), "byte offset"), b.err);
+  }
+  CHECK(run_tool("--quiet --ids " + tmp.string() + " --text " + tmp.string()).status == 2);
+  fs::remove(tmp);
 }

@@ -1,0 +1,45 @@
+// Error paths of the barato_generate tool (examples/tools/generate.cpp), run as a program: a
+// hostile checkpoint header or tokenizer, a missing file and a bad flag each give one error line
+// on stderr naming the file (and the byte offset and field for a bad file), nothing on stdout, and
+// exit status 1 (2 for usage errors).
+// Built by examples/CMakeLists.txt (it needs the tool); BARATO_GENERATE_TOOL is the tool's path.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "support/broken_files.hpp"
+#include "support/data.hpp"
+#include "support/run_tool.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+barato::test::ToolResult run_tool(const std::string& flags) {
+  return barato::test::run_tool(BARATO_GENERATE_TOOL, flags, "barato_generate_tool_check", 60);
+}
+
+}  // namespace
+
+TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags exit 2") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_generate_tool_check";
+  fs::create_directories(dir);
+  using barato::test::one_error_line;
+  const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
+  const auto m = run_tool("--steps 4 --model " + ck.string());
+  CHECK(m.status == 1);
+  CHECK_MESSAGE(one_error_line(m.err, "barato_generate", ck.string(), "byte offset", "seq_len", "2147483647"), m.err);
+  CHECK(m.out.empty());
+  const fs::path tok = barato::test::write_hostile_tokenizer(dir / "hostile_tok.bin");
+  const auto t = run_tool("--steps 4 --tokenizer " + tok.string());
+  CHECK(t.status == 1);
+  CHECK_MESSAGE(one_error_line(t.err, "barato_generate", tok.string(), "byte offset 0", "max_token_length"), t.err);
+  CHECK(t.out.empty());
+  const auto missing = run_tool("--steps 4 --model " + (dir / "missing.bin").string());
+  CHECK(missing.status == 1);
+  CHECK_MESSAGE(one_error_line(missing.err, "barato_generate", (dir / "missing.bin").string()), missing.err);
+  CHECK(run_tool("--steps x").status == 2);
+}
