@@ -260,11 +260,6 @@ inline const GgufTensor& gguf_tensor(const GgufFile& f, const std::string& name,
   if (const GgufTensor* rf = f.tensor("rope_freqs.weight"))
     throw barato::format_error(f.file(), rf->info_offset, "tensor \"rope_freqs.weight\": per-dimension RoPE frequency factors "
                                                           "(Llama 3.1-style scaling) are not supported");
-  // Each block holds 9 tensors: a block_count beyond what the file's tensors can hold is an error
-  // here, before anything is sized by it.
-  if (c.n_layers > f.tensors().size() / 9)
-    bad("llama.block_count", "expected at most " + std::to_string(f.tensors().size() / 9) + " (the file holds " +
-                                 std::to_string(f.tensors().size()) + " tensors, 9 per block), found " + std::to_string(c.n_layers));
   if (!(eps > 0.0)) bad("llama.attention.layer_norm_rms_epsilon", "expected > 0, found " + std::to_string(eps));
   if (!(base > 0.0)) bad("llama.rope.freq_base", "expected > 0, found " + std::to_string(base));
   const GgufTensor* emb = f.tensor("token_embd.weight");
@@ -297,7 +292,9 @@ template <class MakeLinear>
   };
   const auto vec = [&](const std::string& name, std::size_t n) { return gguf_tensor_fp32(detail::gguf_tensor(f, name, {n}), mr); };
   std::vector<LlamaLayerWeights<L>> layers;
-  layers.reserve(c.n_layers);
+  // Reserve no more blocks than the file's tensors can hold (9 each): a hostile block_count must not
+  // size an allocation; the loop below names the first missing tensor.
+  layers.reserve(std::min<std::size_t>(c.n_layers, f.tensors().size() / 9));
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     layers.push_back(LlamaLayerWeights<L>{
