@@ -241,12 +241,12 @@ class Llama2cCheckpoint {
           where += ", sized by header field seq_len (byte 24) = " + std::to_string(h.seq_len);
         break;
       }
-    throw barato::format_error(file, size, "truncated weights: the header implies a file of " + std::to_string(expected) +
-                                               " bytes, found " + std::to_string(size) + " bytes; the file ends inside " + where);
+    throw barato::format_error(file, size, "truncated weights: expected a file of " + std::to_string(expected) +
+                                               " bytes (from the header), found " + std::to_string(size) + " bytes; the file ends inside " + where);
   }
   if (size > expected)
-    throw barato::format_error(file, expected, "trailing bytes: the header implies a file of " + std::to_string(expected) +
-                                                   " bytes, found " + std::to_string(size) + " (" +
+    throw barato::format_error(file, expected, "trailing bytes: expected a file of " + std::to_string(expected) +
+                                                   " bytes (from the header), found " + std::to_string(size) + " (" +
                                                    std::to_string(size - expected) + " extra)");
   if (header != nullptr) *header = h;
   return L;

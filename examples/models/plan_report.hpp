@@ -39,8 +39,8 @@ namespace barato_examples {
   const Llama2cLayout L = llama2c_layout(h, file);
   const auto size = static_cast<std::size_t>(std::filesystem::file_size(path));
   if (size != L.file_bytes())
-    throw barato::format_error(file, size, "the header implies a file of " + std::to_string(L.file_bytes()) +
-                                               " bytes, found " + std::to_string(size));
+    throw barato::format_error(file, size, "expected a file of " + std::to_string(L.file_bytes()) +
+                                               " bytes (from its header), found " + std::to_string(size));
   const std::size_t freq_cis = L.seq_len * L.head_size;  // real + imag halves, never used by the model
   return {.name = path.filename().string(), .parameters = double(L.total_floats - freq_cis), .layers = L.n_layers,
           .q_heads = L.n_heads, .kv_heads = L.n_kv_heads, .head_dim = L.head_size, .vocab = L.vocab, .dim = L.dim,

@@ -152,7 +152,8 @@ TEST_CASE("llama2c: file size disagreeing with the header") {
   SUBCASE("truncated weights") {
     const auto e = expect_format_error(write_file("trunc.bin", kSmall, n - 10));
     CHECK(e.offset() == 28 + 4 * (n - 10));
-    CHECK(std::string(e.what()).find(std::to_string(28 + 4 * n)) != std::string::npos);
+    CHECK(std::string(e.what()).find("expected a file of " + std::to_string(28 + 4 * n) + " bytes") != std::string::npos);
+    CHECK(std::string(e.what()).find("found " + std::to_string(28 + 4 * (n - 10))) != std::string::npos);
     CHECK(std::string(e.what()).find("freq_cis") != std::string::npos);  // the last 12 floats are freq_cis
   }
   SUBCASE("truncated in the middle of a float") {
@@ -163,6 +164,7 @@ TEST_CASE("llama2c: file size disagreeing with the header") {
     const auto e = expect_format_error(write_file("trail.bin", kSmall, n, 3));
     CHECK(e.offset() == 28 + 4 * n);
     CHECK(std::string(e.what()).find("trailing") != std::string::npos);
+    CHECK(std::string(e.what()).find("expected a file of " + std::to_string(28 + 4 * n) + " bytes") != std::string::npos);
   }
   SUBCASE("header claiming a huge model") {
     Llama2cHeader h = kSmall;

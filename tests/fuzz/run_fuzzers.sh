@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer harness built in BUILD (BUILD/tests/fuzz/fuzz_<harness>, from a configure with
 # -DBARATO_BUILD_FUZZERS=ON) for SECONDS each, JOBS at a time, and prints executions per harness.
-#   usage: tests/fuzz/run_fuzzers.sh BUILD [SECONDS=30] [JOBS=nproc]
+#   usage: tests/fuzz/run_fuzzers.sh BUILD [SECONDS=30] [JOBS=nproc] [HARNESS...]
+# HARNESS names (e.g. gguf scheduler) restrict the run to those harnesses (default: every one built).
+# FUZZ_RUNS=N stops each harness after N executions (or SECONDS, whichever comes first).
 # Seeds: tests/fuzz/corpus/<harness>/, tests/fuzz/regressions/<harness>/ and the seeds
 # fuzz_make_corpus cuts from $BARATO_DATA_DIR (when set). New inputs go to BUILD/fuzz/work/<harness>/,
 # crash / leak / timeout inputs to BUILD/fuzz/artifacts/<harness>/.
@@ -11,6 +13,10 @@ set -euo pipefail
 build=$1
 seconds=${2:-30}
 jobs=${3:-$(nproc)}
+shift $(($# < 3 ? $# : 3))
+only=("$@")
+runs_flag=()
+if [ -n "${FUZZ_RUNS:-}" ]; then runs_flag=(-runs="$FUZZ_RUNS"); fi
 src=$(cd "$(dirname "$0")" && pwd)
 out=$build/fuzz
 mkdir -p "$out"
@@ -20,9 +26,10 @@ harnesses=()
 for bin in "$build"/tests/fuzz/fuzz_*; do
   name=${bin##*/fuzz_}
   [[ $name == make_corpus || $name == replay_* ]] && continue
+  if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
   harnesses+=("$name")
 done
-[ ${#harnesses[@]} -gt 0 ] || { echo "run_fuzzers: no fuzz_<harness> binaries in $build/tests/fuzz" >&2; exit 1; }
+[ ${#harnesses[@]} -gt 0 ] || { echo "run_fuzzers: no fuzz_<harness> binaries${only[*]:+ named ${only[*]}} in $build/tests/fuzz" >&2; exit 1; }
 
 # Longest input per harness: 1 KiB programs of operations or text; tokenizer files are whole
 # vocabularies (tok512.bin is 6227 bytes).
@@ -44,7 +51,7 @@ run_one() {
   done
   local rc=0
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$build/tests/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$name")" \
+    "$build/tests/fuzz/fuzz_$name" -max_total_time="$seconds" "${runs_flag[@]}" -timeout=10 -rss_limit_mb=2048 -max_len="$(max_len_of "$name")" \
     -print_final_stats=1 -artifact_prefix="$out/artifacts/$name/" "${dirs[@]}" >"$out/$name.log" 2>&1 || rc=$?
   echo "$rc" >"$out/$name.rc"
 }

@@ -23,7 +23,7 @@ TEST_CASE("barato_plan: broken checkpoints exit 1 with one error line") {
   const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
   const auto m = run("--model " + ck.string() + " --budget 1GiB");
   CHECK(m.status == 1);
-  CHECK_MESSAGE(one_error_line(m.err, "barato_plan", ck.string(), "byte offset 1048576", "implies a file of", "found 1048576"), m.err);
+  CHECK_MESSAGE(one_error_line(m.err, "barato_plan", ck.string(), "byte offset 1048576", "expected a file of", "found 1048576"), m.err);
   CHECK(m.out.empty());
   std::ofstream(dir / "zeros.bin", std::ios::binary) << std::string(64, '\0');
   const auto z = run("--model " + (dir / "zeros.bin").string() + " --budget 1GiB");
