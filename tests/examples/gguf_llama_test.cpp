@@ -156,8 +156,9 @@ TEST_CASE("gguf llama: Q8_0 / Q4_0 kept in ggml's formats follow llama.cpp's qua
     MESSAGE(q << ": teacher-forced argmax == llama.cpp's next token at " << agree << " / " << generated << " generated positions");
     CHECK(agreement >= 0.98);
 
-    // Free-running, the two engines leave each other where logits are nearly tied (they quantize
-    // activations differently): reported, not asserted.
+    // Free-running, the two engines may leave each other where logits are nearly tied (the same
+    // integer block sums, but fp32 sums in another order, and fp32 attention / norms of their own):
+    // reported, not asserted (measured here: Q8_0 all 196, Q4_0 the first 184).
     const Tokenizer tok = gguf_tokenizer(f);
     const auto ids = greedy(w, std::vector<Token>(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(n_prompt)),
                             std::stoul(r.at("steps")));

@@ -114,9 +114,9 @@ TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them"
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<4, PerGroup<40>>>::kName) == "xsimd");
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ8_0>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ8_0>::kName) == (vnni ? "avx512-vnni-q8" : "avx512-int8"));
     // Q4_0's split-nibble order is not the layout of the fp32 4-bit table kernel
-    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ4_0>::kName) == (vnni ? "avx512-vnni" : "xsimd"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, GgmlQ4_0>::kName) == (vnni ? "avx512-vnni-q8" : "xsimd"));
   }
 }
 

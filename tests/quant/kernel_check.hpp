@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "barato/core/dtype.hpp"
 #include "barato/quant/fixed_point.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/scratch.hpp"
@@ -29,12 +30,28 @@ inline constexpr double kFixedStepSlack = 1e-6;
 /// 0 for the fp32 kernels; for the fixed-point kernels (K::kName "avx512-vnni" / "avx512-vnni-lut16")
 /// the rounding of x to 15-bit fixed point per 128-column block (≤ sx_b / 2 per element, times |Ŵ_rc|)
 /// and, for the table kernel, the rounding of the levels to 16-bit fixed point (≤ scale / (2·kLevelScale)
-/// per weight, times |x_c| + sx_b / 2). Columns past the last full block are exact fp32.
+/// per weight, times |x_c| + sx_b / 2). Columns past the last full block are exact fp32. For ggml's
+/// product (K::kName "avx512-vnni-q8", quant/ggml_dot.hpp) the int8 rounding of x per 32-column block:
+/// |x_c| · |D − d| / d + D / 2 per element (d = amax / 127, D its fp16 rounding), times |Ŵ_rc|.
 template <class K, class F>
 std::vector<double> fixed_point_bound(const quant::QuantizedMatrix<F>& m, const std::vector<float>& w_hat, const float* x) {
   const std::size_t rows = m.rows(), cols = m.cols();
   std::vector<double> bound(rows, 0.0);
   const std::string_view kernel = K::kName;
+  if (kernel == "avx512-vnni-q8") {
+    for (std::size_t b = 0; b < cols; b += 32) {
+      const std::size_t e = std::min(cols, b + 32);
+      double amax = 0;
+      for (std::size_t c = b; c < e; ++c) amax = std::max(amax, std::fabs(double(x[c])));
+      if (amax == 0) continue;
+      const double d = amax / 127.0, D = double(to_float(from_float<f16>(float(d))));
+      const double rel = std::fabs(D - d) / d + 1e-6;
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = b; c < e; ++c)
+          bound[r] += std::fabs(double(w_hat[r * cols + c])) * (std::fabs(double(x[c])) * rel + 0.5 * D * (1 + 1e-6));
+    }
+    return bound;
+  }
   if (kernel != "avx512-vnni" && kernel != "avx512-vnni-lut16") return bound;
   double level_half_step = 0.0;  // per unit of scale
   if constexpr (requires { K::kLevelScale; }) level_half_step = 0.5 / double(K::kLevelScale);

@@ -33,7 +33,7 @@ namespace barato::quant {
 
 /// 8-bit codes (AbsMax with 5–8 bits), any granularity.
 template <class Arch, Format F>
-  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 8 && !kUseVnni<Arch, F>)
+  requires(simd::kHasAvx512bw<Arch> && F::kCodeBits == 8 && !kUseVnni<Arch, F> && !kUseVnniGgml<Arch, F>)
 struct RowKernel<Arch, F> {
   static constexpr const char* kName = "avx512-int8";
   using Activation = FloatActivation;

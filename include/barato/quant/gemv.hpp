@@ -2,7 +2,8 @@
 /// \file
 /// Quantized matrix–vector products from the packed form: Y = X Ŵᵀ for n vectors (`gemv_batch`) and
 /// its n = 1 case y = Ŵ x (`gemv`), rows split between threads with `barato::parallel_for`. The row
-/// kernel is `RowKernel<Arch, Format>` (quant/row_kernel.hpp, avx512.hpp, vnni.hpp, vnni_lut16.hpp).
+/// kernel is `RowKernel<Arch, Format>` (quant/row_kernel.hpp, avx512.hpp, vnni.hpp, vnni_ggml.hpp,
+/// vnni_lut16.hpp).
 ///
 /// **Weights are read once per call, for any n.** The n vectors are prepared once per call (the
 /// fixed-point planes of the VNNI kernels, nothing for the fp32 kernels) into the calling thread's
@@ -36,7 +37,10 @@
 /// rounding of the per-block sums — i.e. 2⁻¹⁵ of the block maximum per element; the NF4 / 4-bit table
 /// kernel adds the rounding of its levels to 16-bit fixed point (≤ scale / (2 · kLevelScale) per weight).
 /// Columns past the last full 128-block are done in fp32 from x. ggml's Q8_0 and Q4_0 (quant/ggml.hpp)
-/// take the VNNI kernel with this bound (Q4_0's per-32-column scales are applied per int32 lane).
+/// take ggml's product on VNNI machines (quant/ggml_dot.hpp, quant/vnni_ggml.hpp): x rounded to int8
+/// per 32-column block as llama.cpp does, |x̂_c − x_c| ≤ |x_c| · |D − d| / d + D / 2 with d = max_b |x| / 127
+/// and D its fp16 rounding (≈ 2⁻¹¹ relative + 2⁻⁸ of the block maximum), times |Ŵ_rc|; exact integer
+/// block sums. Without VNNI they take the fp32 kernels.
 
 #include <cstddef>
 #include <new>

@@ -33,6 +33,8 @@
 ///
 /// A row whose width is not a multiple of 32 ends in a shorter block quantized by the same rule over
 /// its weights (ggml has no such block: the byte conversion requires cols % 32 == 0).
+/// Products: on VNNI machines these formats are multiplied as ggml multiplies them, with int8
+/// activations per 32 columns (quant/ggml_dot.hpp, quant/vnni_ggml.hpp).
 /// Error of the stored weights: |x − x̂| ≤ |d|/2 (Q8_0) and ≤ |d| (Q4_0, whose clamp at 15 costs up to
 /// one step at −m) per weight, plus the fp16 rounding of d (≤ 2⁻¹¹ relative) times |q|.
 

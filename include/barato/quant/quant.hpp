@@ -12,6 +12,7 @@
 #include "barato/quant/gemv.hpp"
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/ggml_blocks.hpp"
+#include "barato/quant/ggml_dot.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/metrics.hpp"
 #include "barato/quant/nf4.hpp"

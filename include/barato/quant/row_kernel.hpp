@@ -6,7 +6,8 @@
 /// levels and takes an xsimd dot product with x, then multiplies by the group's scale. Faster kernels
 /// for particular instruction families are partial specializations selected by the arch type
 /// (quant/avx512.hpp: int8 widening and a 16-entry lookup table for 4-bit formats; quant/vnni.hpp and
-/// quant/vnni_lut16.hpp: integer dot products on fixed-point activations).
+/// quant/vnni_lut16.hpp: integer dot products on fixed-point activations; quant/vnni_ggml.hpp: ggml's
+/// Q8_0 / Q4_0 product on int8 activations).
 ///
 /// The kernel interface (every specialization has it):
 ///  - `Activation`: a prepared activation vector, a small trivially copyable view (the fp32 vector
@@ -28,6 +29,7 @@
 
 #include "barato/core/prefetch.hpp"
 #include "barato/quant/format.hpp"
+#include "barato/quant/ggml_dot.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/simd/arch.hpp"
 #include "barato/simd/ops.hpp"
@@ -130,18 +132,19 @@ inline constexpr bool kVnniCompiled = false;
 template <class F>
 inline constexpr bool kDefaultPacking = std::is_same_v<packing_of<F>, CodePacking<F::kCodeBits>>;
 
-/// The VNNI kernel (quant/vnni.hpp) serves integer formats (AbsMax, ggml's Q8_0 / Q4_0) in 8- or 4-bit
-/// codes whose scale group is a whole row / tensor or a multiple of 128 columns, 8-bit codes with
-/// groups of 32 or 64, and 4-bit codes with fp16 scales per 32 columns in ggml's split-nibble order
-/// (`SplitNibblePacking<32>`: Q4_0).
+/// The VNNI kernel (quant/vnni.hpp) serves integer AbsMax formats in 8- or 4-bit codes whose scale
+/// group is a whole row / tensor or a multiple of 128 columns, and 8-bit codes with groups of 32 or 64.
 template <class Arch, class F>
 inline constexpr bool kUseVnni =
-    kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } &&
+    kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } && !GgmlDotFormat<F> &&
     ((F::kCodeBits == 8 && (F::granularity::kGroup % 128 == 0 || F::granularity::kGroup == 32 ||
                             F::granularity::kGroup == 64)) ||
-     (F::kCodeBits == 4 && kDefaultPacking<F> && F::granularity::kGroup % 128 == 0) ||
-     (F::kCodeBits == 4 && std::is_same_v<packing_of<F>, SplitNibblePacking<32>> && F::granularity::kGroup == 32 &&
-      std::is_same_v<typename F::scale_type, f16>));
+     (F::kCodeBits == 4 && kDefaultPacking<F> && F::granularity::kGroup % 128 == 0));
+
+/// ggml's Q8_0 and Q4_0 take the VNNI kernel of ggml's product (quant/vnni_ggml.hpp: int8 activations
+/// per 32 columns, as llama.cpp).
+template <class Arch, class F>
+inline constexpr bool kUseVnniGgml = kVnniCompiled && simd::kHasAvx512bw<Arch> && GgmlDotFormat<F>;
 
 /// The VNNI table kernel (quant/vnni_lut16.hpp) serves the other 4-bit formats whose scale groups
 /// are multiples of 64 columns: NF4 and AbsMax 4-bit with 64-column groups.
@@ -155,4 +158,5 @@ inline constexpr bool kUseVnniLut16 = kVnniCompiled && simd::kHasAvx512bw<Arch> 
 // arch-selected specializations
 #include "barato/quant/avx512.hpp"
 #include "barato/quant/vnni.hpp"
+#include "barato/quant/vnni_ggml.hpp"
 #include "barato/quant/vnni_lut16.hpp"

@@ -2,9 +2,10 @@
 /// \file
 /// The AVX-512 VNNI specialization of `quant::RowKernel` for integer AbsMax formats (8-bit codes, or
 /// 4-bit codes) whose scale group is a row, the tensor, or a multiple of 128 columns — the int8-row
-/// and int4-g128 decode paths — and int8 codes with groups of 32 or 64 columns (llama.cpp's Q8_0
-/// layout; each 64-column half of a block is then reduced on its own and scaled per int32 lane, a
-/// 32-column group being 8 lanes). `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
+/// and int4-g128 decode paths — and int8 codes with groups of 32 or 64 columns (each 64-column half
+/// of a block is then reduced on its own and scaled per int32 lane, a 32-column group being 8 lanes).
+/// ggml's own Q8_0 / Q4_0 take ggml's product instead (quant/vnni_ggml.hpp).
+/// `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
 /// groups of four into 16 int32 lanes: 64 multiply-adds per instruction, where the fp32 kernels do 16.
 ///
 /// Activations stay fp32 at the interface. `prepare` turns x into 15-bit fixed point per block of 128
@@ -14,13 +15,6 @@
 /// (llama.cpp rounds activations to 8 bits instead.) Weights enter as unsigned bytes — int8 codes
 /// with the sign bit flipped (q + 128), 4-bit codes as stored (q + 8) — and the offset is removed with
 /// per-lane sums of x16, exactly in int32: Σ q·x16 = Σ u·x16 − offset · Σ x16.
-///
-/// ggml's Q4_0 (4-bit codes, fp16 scale per 32 columns, `SplitNibblePacking<32>`; quant/ggml.hpp): a
-/// 64-byte load holds 4 blocks of 16 bytes, so int32 lane i of both nibble halves covers columns of
-/// block i / 4 only; the block's integer sums are exact per lane as above and one fp32 multiply by a
-/// vector of per-lane scales (the 4 fp16 scales of the 128 columns, each broadcast to 4 lanes) times
-/// the activation step replaces the scalar scale. Its rows' last cols % 128 columns are done in fp32
-/// from x, 32 at a time. Error as for every format here (the bound in quant/gemv.hpp).
 ///
 /// For the 4-bit layout (quant/format.hpp) the low nibbles of a 64-byte chunk hold columns 32m + j
 /// (byte 4j + m) and the high nibbles columns 32m + 16 + j, so `prepare` stores each 128-column block
@@ -75,11 +69,9 @@ struct RowKernel<Arch, F> {
   using Activation = VnniActivation;
   static constexpr int kOffset = F::kCodeBits == 8 ? 128 : F::kOffset;
   static constexpr std::size_t kGroup = F::granularity::kGroup;
-  /// int8 codes with groups of 32 or 64 columns (llama.cpp's Q8_0 layout is G = 32): each 64-byte half
-  /// of a block is summed on its own and scaled per lane (a 32-column group is 8 int32 lanes).
+  /// int8 codes with groups of 32 or 64 columns: each 64-byte half of a block is summed on its own
+  /// and scaled per lane (a 32-column group is 8 int32 lanes).
   static constexpr bool kSmallGroups = F::kCodeBits == 8 && (kGroup == 32 || kGroup == 64);
-  /// 4-bit codes with 32-column groups in ggml's split-nibble order (Q4_0): per-lane scales.
-  static constexpr bool kSplitNibbles = F::kCodeBits == 4 && kGroup == 32;
 
   /// Scratch bytes of one prepared vector of `cols` columns (a multiple of 64).
   static constexpr std::size_t activation_bytes(std::size_t cols) noexcept {
@@ -139,7 +131,7 @@ struct RowKernel<Arch, F> {
           if constexpr (kGroup == 64) {
             sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
           } else if constexpr (std::is_same_v<typename F::scale_type, f16>) {
-            // Q8_0 / fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
+            // fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
             int pair = 0;  // the two fp16 scales' bits
             std::memcpy(&pair, sc + c0 / 32, sizeof pair);
             const __m128i h2 = _mm_cvtsi32_si128(pair);
@@ -166,13 +158,6 @@ struct RowKernel<Arch, F> {
       if constexpr (kBlocksPerGroup != 0) {
         if (b % kBlocksPerGroup == 0) s = static_cast<float>(sc[b / kBlocksPerGroup]);
       }
-      __m512 sw = _mm512_setzero_ps();  // Q4_0: the scale of each lane's group
-      if constexpr (kSplitNibbles) {
-        // lane i of the 128 columns belongs to their 32-column group i / 4
-        const __m512i lane_group = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-        const __m128i h4 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 4 * b));  // 4 fp16 scales
-        sw = _mm512_permutexvar_ps(lane_group, _mm512_cvtph_ps(_mm256_castsi128_si256(h4)));
-      }
       __m512i u0, u1;  // the block's 128 weights as unsigned bytes, loaded once for all N vectors
       if constexpr (F::kCodeBits == 8) {
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -197,8 +182,7 @@ struct RowKernel<Arch, F> {
         // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add by
         // step (one scale per row: applied once at the end) or by scale · step
         const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-        const __m512 sk = kSplitNibbles ? _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]))
-                                        : _mm512_set1_ps(kBlocksPerGroup == 0 ? a[j].sx[b] : s * a[j].sx[b]);
+        const __m512 sk = _mm512_set1_ps(kBlocksPerGroup == 0 ? a[j].sx[b] : s * a[j].sx[b]);
         if (b & 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc1[j]);
         else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc0[j]);
       }
@@ -207,11 +191,9 @@ struct RowKernel<Arch, F> {
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
       // the row's (or tensor's) one scale
-      if constexpr (!kSmallGroups && !kSplitNibbles && kBlocksPerGroup == 0) total *= s;
+      if constexpr (!kSmallGroups && kBlocksPerGroup == 0) total *= s;
       if (tail < v.cols) {
-        if constexpr (kSplitNibbles) {
-          total += split_nibble_tail(row, sc, tail, v.cols, a[j].x);
-        } else if constexpr (F::kCodeBits == 8) {
+        if constexpr (F::kCodeBits == 8) {
           const std::size_t step = kSmallGroups ? kGroup : v.cols;
           for (std::size_t c = tail; c < v.cols; c += step) {
             const std::size_t e = c + step < v.cols ? c + step : v.cols;
@@ -236,41 +218,11 @@ struct RowKernel<Arch, F> {
   }
 
  private:
-  /// Σ_c level(code_c) · scale_c · x[c] over columns [c0, n) of a Q4_0 row (c0 a multiple of 128):
-  /// whole 32-column groups in split-nibble order (16 bytes: low nibbles columns c…c+15, high nibbles
-  /// c+16…c+31), then a partial group in natural nibble order (quant/format.hpp).
-  static float split_nibble_tail(const std::uint8_t* row, const typename F::scale_type* sc, std::size_t c0, std::size_t n,
-                                 const float* x) noexcept {
-    const __m128i nib = _mm_set1_epi8(0x0F);
-    const __m512 off = _mm512_set1_ps(static_cast<float>(F::kOffset));
-    float total = 0.0f;
-    std::size_t c = c0;
-    for (; c + 32 <= n; c += 32) {
-      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
-      const __m512 lo = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(w, nib))), off);
-      const __m128i w_hi = _mm_and_si128(_mm_srli_epi16(w, 4), nib);
-      const __m512 hi = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(w_hi)), off);
-      const __m512 part = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + c + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x + c)));
-      total += static_cast<float>(sc[c / 32]) * _mm512_reduce_add_ps(part);
-    }
-    if (c < n) {
-      float part = 0.0f;
-      for (std::size_t k = c; k < n; ++k) part += F::level(packing_of<F>::get(row, k, n)) * x[k];
-      total += static_cast<float>(sc[c / 32]) * part;
-    }
-    return total;
-  }
-
-  /// Position of block column i in the planes: natural for 8-bit codes; for Q4_0 low nibbles of the
-  /// 4 groups' 16 bytes first (column 32g + j at 16g + j), then high nibbles (32g + 16 + j at
-  /// 64 + 16g + j); for the default 4-bit layout the order of the nibbles in a 64-byte chunk (low
-  /// nibbles first, then high nibbles; byte 4j + m ↔ 32m + j).
+  /// Position of block column i in the planes: natural for 8-bit codes; for the 4-bit layout the
+  /// order of the nibbles in a 64-byte chunk (low nibbles first, then high nibbles; byte 4j + m ↔ 32m + j).
   static constexpr std::size_t slot(std::size_t i) noexcept {
     if constexpr (F::kCodeBits == 8) {
       return i;
-    } else if constexpr (kSplitNibbles) {
-      const std::size_t g = i / 32, p = i % 32;
-      return p < 16 ? 16 * g + p : 64 + 16 * g + (p - 16);
     } else {
       const std::size_t k = i / 16, j = i % 16;  // column 16k + j: word j, nibble k
       const std::size_t m = k / 2;               // byte 4j + m of the word
