@@ -56,11 +56,6 @@ using Model = bx::Llama<kv::Contiguous<float>>;
 
 // ---- small helpers ---------------------------------------------------------------------------
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// Seconds of one call of `f`: the fastest of `samples` samples, each repeating `f` until it lasts
@@ -108,9 +103,9 @@ void check(bool ok, const std::string& what) {
 using bx::matrix_bytes;
 
 struct Args {
-  std::string model = (data_dir() / "stories260K/stories260K.bin").string();
-  std::string tokenizer = (data_dir() / "stories260K/tok512.bin").string();
-  std::string text = (data_dir() / "text/tinystories-valid-sample.txt").string();
+  std::string model = (barato_examples::data_dir() / "stories260K/stories260K.bin").string();
+  std::string tokenizer = (barato_examples::data_dir() / "stories260K/tok512.bin").string();
+  std::string text = (barato_examples::data_dir() / "text/tinystories-valid-sample.txt").string();
   std::string prompt = "Once upon a time";
   std::size_t steps = 256;
   int threads = 1;

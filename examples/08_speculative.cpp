@@ -60,11 +60,6 @@ namespace spec = barato::spec;
 using Cache = barato::kv::Contiguous<float>;
 using Clock = std::chrono::steady_clock;
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 /// The drafters compared, in the order of the tables.

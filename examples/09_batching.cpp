@@ -60,17 +60,13 @@ namespace bx = barato_examples;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 void check(bool ok, const std::string& what) {
   if (!ok) throw barato::error("check failed: " + what);
 }
 
 struct Args {
-  std::string model = (data_dir() / "stories260K/stories260K.bin").string();
+  std::string model = (barato_examples::data_dir() / "stories260K/stories260K.bin").string();
   int threads = 1;
   std::string plot;
   bool no_synthetic = false;

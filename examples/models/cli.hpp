@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,15 @@
 #include "barato/core/error.hpp"
 
 namespace barato_examples {
+
+#ifdef BARATO_DEFAULT_DATA_DIR
+/// The data folder of the tools and tutorials (stories260K/, text/): $BARATO_DATA_DIR when set, else
+/// BARATO_DEFAULT_DATA_DIR (the build's ../shared/data beside the source tree).
+[[nodiscard]] inline std::filesystem::path data_dir() {
+  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
+  return BARATO_DEFAULT_DATA_DIR;
+}
+#endif
 
 /// A command-line usage error (unknown flag, missing or malformed value).
 class CliError : public std::runtime_error {

@@ -54,11 +54,6 @@ namespace fs = std::filesystem;
 namespace batch = barato::batch;
 namespace kv = barato::kv;
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 struct Args {
   std::string model = (data_dir() / "stories260K/stories260K.bin").string();
   std::string tokenizer;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin

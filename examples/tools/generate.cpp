@@ -36,11 +36,6 @@ using namespace barato_examples;
 namespace fs = std::filesystem;
 
 /// Data directory: $BARATO_DATA_DIR, else the compile-time default (<repo>/../shared/data).
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 struct Args {
   std::string model = (data_dir() / "stories260K/stories260K.bin").string();
   std::string tokenizer;  // empty: the GGUF file's vocabulary, else stories260K/tok512.bin (ModelFile::tokenizer)

@@ -33,11 +33,6 @@ namespace {
 using namespace barato_examples;
 namespace fs = std::filesystem;
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 constexpr const char* kProtocol =
     "Protocol:\n"
     "  1. The whole file is encoded as one string the way llama2.c run.c encodes: the dummy-prefix\n"

@@ -18,11 +18,6 @@ namespace {
 using namespace barato_examples;
 namespace fs = std::filesystem;
 
-fs::path data_dir() {
-  if (const char* env = std::getenv("BARATO_DATA_DIR"); env != nullptr && *env != '\0') return env;
-  return BARATO_DEFAULT_DATA_DIR;
-}
-
 int tool_main(int argc, const char* const* argv) {
   std::string model_path, tok_path, out_path, type_name;
   bool quiet = false;
