@@ -22,6 +22,21 @@ namespace ref = barato::test::quant_ref;
 
 #if XSIMD_WITH_AVX512BW && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
+namespace {
+/// x quantized twice: by the scalar rule (codes q by column, steps D) and by K::prepare (act, a view
+/// into the thread's arena: valid until its next use).
+template <class K>
+struct Prepared {
+  std::vector<std::int8_t> q;
+  std::vector<float> D;
+  typename K::Activation act;
+  explicit Prepared(const std::vector<float>& x) : q(x.size()), D((x.size() + 31) / 32) {
+    ggml_q8_activation(x.data(), x.size(), q.data(), D.data());
+    K::prepare(x.data(), x.size(), act, ActivationArena::local().get(K::activation_bytes(x.size())));
+  }
+};
+}  // namespace
+
 TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the double reference within the int8-activation bound", F, GgmlQ8_0, GgmlQ4_0) {
   using K = RowKernel<xsimd::avx512bw, F>;
   static_assert(std::string_view(K::kName) == "avx512-vnni-q8");
@@ -38,11 +53,9 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to
     for (std::size_t c = 0; c < cols; c += 97) x[c] = 0.0f;
     if (cols >= 64)
       for (std::size_t c = 32; c < 64; ++c) x[c] = 0.0f;  // an all-zero block
-    std::vector<std::int8_t> q(cols);
-    std::vector<float> D((cols + 31) / 32);
-    ggml_q8_activation(x.data(), cols, q.data(), D.data());
-    typename K::Activation act;
-    K::prepare(x.data(), cols, act, ActivationArena::local().get(K::activation_bytes(cols)));
+    const Prepared<K> p(x);
+    const auto &q = p.q, &D = p.D;
+    const auto& act = p.act;
     for (std::size_t r = 0; r < rows; ++r) {
       CAPTURE(r);
       double mag = 0;  // Σ_b |scale_b · D_b · sum_b|
@@ -96,11 +109,9 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps
     }
     if (cols >= 128)
       for (std::size_t c = 64; c < 96; ++c) x[c] = 0.0f;  // an all-zero block
-    std::vector<std::int8_t> q(cols);
-    std::vector<float> D((cols + 31) / 32);
-    ggml_q8_activation(x.data(), cols, q.data(), D.data());
-    typename K::Activation a;
-    K::prepare(x.data(), cols, a, ActivationArena::local().get(K::activation_bytes(cols)));
+    const Prepared<K> p(x);
+    const auto &q = p.q, &D = p.D;
+    const auto& a = p.act;
     REQUIRE(a.chunks == cols / K::kChunk);
     for (std::size_t b = 0; b < D.size(); ++b) REQUIRE(a.step[b] == D[b]);
     const std::size_t full = a.chunks * K::kChunk;
