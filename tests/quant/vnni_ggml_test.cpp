@@ -54,7 +54,8 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to
     if (cols >= 64)
       for (std::size_t c = 32; c < 64; ++c) x[c] = 0.0f;  // an all-zero block
     const Prepared<K> p(x);
-    const auto &q = p.q, &D = p.D;
+    const auto& q = p.q;
+    const auto& D = p.D;
     const auto& act = p.act;
     for (std::size_t r = 0; r < rows; ++r) {
       CAPTURE(r);
@@ -110,7 +111,8 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps
     if (cols >= 128)
       for (std::size_t c = 64; c < 96; ++c) x[c] = 0.0f;  // an all-zero block
     const Prepared<K> p(x);
-    const auto &q = p.q, &D = p.D;
+    const auto& q = p.q;
+    const auto& D = p.D;
     const auto& a = p.act;
     REQUIRE(a.chunks == cols / K::kChunk);
     for (std::size_t b = 0; b < D.size(); ++b) REQUIRE(a.step[b] == D[b]);
