@@ -28,7 +28,8 @@ inline constexpr double kFixedStepSlack = 1e-6;
 
 /// Per row of Ŵ [rows, cols], the error kernel K may add to Σ_c Ŵ_rc x_c beyond fp32 summation noise:
 /// 0 for the fp32 kernels; for the fixed-point kernels (K::kName "avx512-vnni" / "avx512-vnni-lut16")
-/// the rounding of x to 15-bit fixed point per 128-column block (≤ sx_b / 2 per element, times |Ŵ_rc|)
+/// the rounding of x to 15-bit fixed point per 128-column block (≤ sx_b / 2 per element, times |Ŵ_rc|;
+/// with `K::kRowStep` one sx for all full blocks, from their largest |x|)
 /// and, for the table kernel, the rounding of the levels to 16-bit fixed point (≤ scale / (2·kLevelScale)
 /// per weight, times |x_c| + sx_b / 2). Columns past the last full block are exact fp32. For ggml's
 /// product (K::kName "avx512-vnni-q8", quant/ggml_dot.hpp) the int8 rounding of x per 32-column block:
@@ -56,9 +57,14 @@ std::vector<double> fixed_point_bound(const quant::QuantizedMatrix<F>& m, const 
   double level_half_step = 0.0;  // per unit of scale
   if constexpr (requires { K::kLevelScale; }) level_half_step = 0.5 / double(K::kLevelScale);
   constexpr std::size_t B = quant::kFixedPointBlock;
+  double row_xmax = 0;  // one step for all full blocks (K::kRowStep)
+  for (std::size_t c = 0; c < cols / B * B; ++c) row_xmax = std::max(row_xmax, std::fabs(double(x[c])));
+  bool row_step = false;
+  if constexpr (requires { K::kRowStep; }) row_step = K::kRowStep;
   for (std::size_t b = 0; b + B <= cols; b += B) {
     double xmax = 0;
     for (std::size_t c = b; c < b + B; ++c) xmax = std::max(xmax, std::fabs(double(x[c])));
+    if (row_step) xmax = row_xmax;
     const double half_step = 0.5 * xmax / quant::kFixedPointMax * (1 + kFixedStepSlack);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t c = b; c < b + B; ++c)

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -39,17 +41,26 @@ TEST_CASE_TEMPLATE("avx512-vnni kernel: x on the fixed-point grid gives the exac
   }
 }
 
-TEST_CASE("avx512-vnni prepare: the two byte planes hold x16 = 256·hi + lo with |x16| ≤ 16383, and an all-zero block is exact") {
-  using K = RowKernel<xsimd::avx512bw, Int8PerRow<>>;
+/// Aligned scratch for one prepared vector of kernel K (the kernel needs 64-byte alignment).
+template <class K>
+struct Prepared {
+  std::vector<std::byte> storage;
+  typename K::Activation act;
+  Prepared(const std::vector<float>& x) : storage(K::activation_bytes(x.size()) + 64) {
+    void* p = storage.data();
+    std::size_t space = storage.size();
+    K::prepare(x.data(), x.size(), act, static_cast<std::byte*>(std::align(64, K::activation_bytes(x.size()), p, space)));
+  }
+};
+
+TEST_CASE("avx512-vnni prepare (scale groups): the two byte planes hold x16 = 256·hi + lo with |x16| ≤ 16383, each block its own step, an all-zero block exact") {
+  using K = RowKernel<xsimd::avx512bw, Int8Group<128>>;
+  static_assert(!K::kRowStep);
   const std::size_t cols = 256;
   auto x = barato::test::random_vector(cols, 91, -3.f, 3.f);
   for (std::size_t c = 128; c < cols; ++c) x[c] = 0.0f;  // second block all zero
-  std::vector<std::byte> storage(K::activation_bytes(cols) + 64);
-  void* p = storage.data();
-  std::size_t space = storage.size();
-  K::Activation act;
-  K::prepare(x.data(), cols, act, static_cast<std::byte*>(std::align(64, K::activation_bytes(cols), p, space)));
-  const K::Activation* a = &act;
+  const Prepared<K> p(x);
+  const K::Activation* a = &p.act;
   REQUIRE(a->blocks == 2);
   CHECK(a->sx[1] == 0.0f);
   float xmax = 0;
@@ -62,8 +73,93 @@ TEST_CASE("avx512-vnni prepare: the two byte planes hold x16 = 256·hi + lo with
     CHECK(256 * a->hi[128 + c] + a->lo[128 + c] == 0);
   }
   // a zero activation block contributes nothing, whatever the weights
-  const auto m = ref::test_matrix<Int8PerRow<>>(3, cols, 92);
+  const auto m = ref::test_matrix<Int8Group<128>>(3, cols, 92);
   ref::check_dots<K>(m, x);
+}
+
+/// The row-step rule written out independently: step = max |x| / 16383 over the full 128-column
+/// blocks, x16 = round(x / step) (to nearest even, clamped), and the exact Σ level(code) · x16 in
+/// int64, scaled once in double by step and the row's scale. Full blocks only (cols % 128 == 0).
+template <class F>
+float row_step_reference(const QuantizedView<F>& v, std::size_t r, const std::vector<float>& x) {
+  float m = 0;
+  for (const float e : x) m = std::max(m, std::fabs(e));
+  const float step = m / float(kFixedPointMax);
+  const float inv = step > 0 ? 1.0f / step : 0.0f;
+  std::int64_t exact = 0;
+  for (std::size_t c = 0; c < v.cols; ++c) {
+    const long q = std::lrint(x[c] * inv);
+    exact += static_cast<std::int64_t>(F::level(v.code(r, c))) * std::clamp<long>(q, -kFixedPointMax, kFixedPointMax);
+  }
+  return static_cast<float>(static_cast<double>(exact) * double(step) * double(v.scale(r, 0)));
+}
+
+TEST_CASE_TEMPLATE("avx512-vnni, one scale per row (kRowStep): one step for the whole vector and the exact integer sum, bit for bit, one or two rows per call", F,
+                   Int8PerRow<>, Int8PerTensor<>, Int4PerRow<>, AbsMax<6, PerRow>) {
+  using K = RowKernel<xsimd::avx512bw, F>;
+  static_assert(K::kRowStep);
+  for (const std::size_t cols : {128, 896, 4864}) {
+    CAPTURE(cols);
+    auto x = barato::test::random_vector(cols, 93, -2.f, 2.f);
+    x[cols / 2] = 40.0f;  // an outlier: every block gets the vector's step, not its own
+    const Prepared<K> p(x);
+    const float step = 40.0f / float(kFixedPointMax);
+    std::int64_t sum = 0;
+    for (std::size_t b = 0; b < p.act.blocks; ++b) {
+      REQUIRE(p.act.sx[b] == step);
+      for (std::size_t i = 0; i < 128; ++i) sum += 256 * p.act.hi[b * 128 + i] + p.act.lo[b * 128 + i];
+    }
+    CHECK(p.act.corr_row == -std::int64_t{K::kOffset} * sum);
+    const auto m = ref::test_matrix<F>(9, cols, 94);
+    for (std::size_t r = 0; r < m.rows(); ++r) {
+      CAPTURE(r);
+      float out[3];
+      const typename K::Activation acts[3] = {p.act, p.act, p.act};
+      K::template dot_n<3>(m.view(), r, acts, out);
+      const float expect = row_step_reference(m.view(), r, x);
+      REQUIRE(out[0] == expect);
+      REQUIRE(out[1] == expect);
+      REQUIRE(K::dot(m.view(), r, p.act) == expect);
+      if (r + 1 < m.rows()) {  // two rows per call: the same results
+        float two[6];
+        K::template dot2_n<3>(m.view(), r, acts, two);
+        const float next = row_step_reference(m.view(), r + 1, x);
+        for (std::size_t j = 0; j < 3; ++j) {
+          REQUIRE(two[j] == expect);
+          REQUIRE(two[3 + j] == next);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("avx512-vnni, kRowStep: rows of several int32 segments, at the largest lane sums, stay exact (int64 widening)") {
+  using F = Int8PerRow<>;
+  using K = RowKernel<xsimd::avx512bw, F>;
+  for (const std::size_t blocks : {K::kRowSegmentBlocks, K::kRowSegmentBlocks + 3, 3 * K::kRowSegmentBlocks + 5}) {
+    const std::size_t cols = blocks * 128;
+    CAPTURE(cols);
+    // row 0: every code +127 (u = 255); row 1: every code −127 (u = 1); row 2: alternating signs
+    std::vector<float> w(3 * cols);
+    for (std::size_t c = 0; c < cols; ++c) {
+      w[c] = 1.0f;
+      w[cols + c] = -1.0f;
+      w[2 * cols + c] = c % 2 == 0 ? 1.0f : -1.0f;
+    }
+    const QuantizedMatrix<F> m(3, cols, w);
+    // x16 = 16383 everywhere (the largest Σ u·x16 a lane can hold), then x16 = 256·63 + 127 (the
+    // largest low byte) everywhere but one element at the top of the range
+    std::vector<float> top(cols, 1.0f), low_max(cols, 16255.0f / 16383.0f);
+    low_max[5] = 1.0f;
+    for (const auto* x : {&top, &low_max}) {
+      const Prepared<K> p(*x);
+      REQUIRE(p.act.blocks == blocks);
+      for (std::size_t r = 0; r < 3; ++r) {
+        CAPTURE(r);
+        CHECK(K::dot(m.view(), r, p.act) == row_step_reference(m.view(), r, *x));
+      }
+    }
+  }
 }
 
 #else

@@ -146,7 +146,9 @@ void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, floa
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {
         walk_rows(w.row_bytes, n, lo, hi,
-                  [&](std::size_t r, std::size_t j, std::size_t m) { w8a8_group<Arch>(w, r, a + j, m, y, j); });
+                  [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+                    for (std::size_t r = r0; r < r1; ++r) w8a8_group<Arch>(w, r, a + j, m, y, j);
+                  });
       },
       kRowGrain);
 }

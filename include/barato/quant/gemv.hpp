@@ -13,7 +13,9 @@
 /// `kRowTileBytes` of codes (they stay in L1) and, for each tile, every group of `kVecTile` vectors:
 /// the register-blocked micro-kernel `dot_n<kVecTile>` loads (and decodes) each weight of a row once
 /// and multiplies it into the 4 vectors (`vpdpbusd` / `vpdpwssd` / fp32 FMAs on the same weight
-/// registers). So a weight leaves memory once per call and is decoded ⌈n / 4⌉ times from L1. For
+/// registers; kernels with `dot2_n` — the `kRowStep` VNNI kernel — take two rows per call for full
+/// groups, so each activation load feeds both). So a weight leaves memory once per call and is
+/// decoded ⌈n / 4⌉ times from L1. For
 /// n > `kVecBlock` (prefill) the rows are taken in `kRowBlockBytes` blocks that stay in L2 while the
 /// vectors pass over them in blocks of kVecBlock (whose prepared activations stay in L2 too).
 ///
@@ -25,7 +27,8 @@
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
-/// sequence as `dot_n<1>` (only weight loads and decodes are shared); a vector is prepared by the same
+/// sequence as `dot_n<1>` (only weight loads and decodes are shared; `dot2_n` and the `kRowStep`
+/// `dot_n` compute exact integer sums, scaled once, so grouping cannot change them); a vector is prepared by the same
 /// `prepare` whatever n is. So row t of a batched product equals the single-vector product of x_t bit
 /// for bit, for every n, every position t, and any thread count (threads only split rows). `gemv` *is*
 /// `gemv_batch` with n = 1.
@@ -34,7 +37,10 @@
 /// rounding, |y_r − Ŵ_r·x| ≤ ~cols · 2⁻²⁴ · Σ_c |Ŵ_rc x_c|. The integer kernels quantize each activation
 /// vector once per call to 15-bit fixed point per 128-column block (x_c ≈ sx_b · q_c, sx_b = max_b |x| /
 /// 16383; products and lane sums exact in int32): |y_r − Ŵ_r·x| ≤ Σ_b (sx_b / 2) Σ_{c∈b} |Ŵ_rc| plus fp32
-/// rounding of the per-block sums — i.e. 2⁻¹⁵ of the block maximum per element; the NF4 / 4-bit table
+/// rounding of the per-block sums — i.e. 2⁻¹⁵ of the block maximum per element. Formats with one scale
+/// per row or tensor (int8-row, int4-row, int8/int4-tensor: `kRowStep` in quant/vnni.hpp) take one step
+/// for all the vector's full blocks instead (sx = max |x| / 16383 over them): |y_r − Ŵ_r·x| ≤ (sx / 2)
+/// Σ_c |Ŵ_rc|, and the row's integer sum is exact and scaled once (one rounding); the NF4 / 4-bit table
 /// kernel adds the rounding of its levels to 16-bit fixed point (≤ scale / (2 · kLevelScale) per weight).
 /// Columns past the last full 128-block are done in fp32 from x. ggml's Q8_0 and Q4_0 (quant/ggml.hpp)
 /// take ggml's product on VNNI machines (quant/ggml_dot.hpp, quant/vnni_ggml.hpp): x rounded to int8
@@ -98,8 +104,36 @@ inline void dot_group(const QuantizedView<F>& w, std::size_t r, const typename K
   for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = out[j];
 }
 
-/// The walk of rows [lo, hi) × n vectors (see the file comment): calls group(r, j, m) for row r and
-/// vectors [j, j + m), m ≤ kVecTile, visiting every (row, vector) once. `row_bytes`: code bytes per
+/// A kernel that can also multiply two rows by kVecTile vectors in one call (`dot2_n`, sharing each
+/// vector's activation loads between the rows), with the results of two `dot_n` calls.
+template <class K, class F>
+concept PairedRowKernel = requires(const QuantizedView<F>& w, const typename K::Activation* a, float* out) {
+  K::template dot2_n<kVecTile>(w, std::size_t{0}, a, out);
+};
+
+/// `dot_group` for rows [r0, r1): full groups of kVecTile vectors take rows two at a time when the
+/// kernel can (`PairedRowKernel`).
+template <class K, Format F>
+inline void dot_rows(const QuantizedView<F>& w, std::size_t r0, std::size_t r1, const typename K::Activation* a,
+                     std::size_t m, float* y, std::size_t j0) noexcept {
+  std::size_t r = r0;
+  if constexpr (PairedRowKernel<K, F>) {
+    if (m == kVecTile) {
+      float out[2 * kVecTile];
+      for (; r + 2 <= r1; r += 2) {
+        K::template dot2_n<kVecTile>(w, r, a, out);
+        for (std::size_t j = 0; j < kVecTile; ++j) {
+          y[(j0 + j) * w.rows + r] = out[j];
+          y[(j0 + j) * w.rows + r + 1] = out[kVecTile + j];
+        }
+      }
+    }
+  }
+  for (; r < r1; ++r) dot_group<K>(w, r, a, m, y, j0);
+}
+
+/// The walk of rows [lo, hi) × n vectors (see the file comment): calls group(r0, r1, j, m) for the
+/// rows [r0, r1) of a row tile and vectors [j, j + m), m ≤ kVecTile, visiting every (row, vector) once. `row_bytes`: code bytes per
 /// row (sizes the L1 row tiles and L2 row blocks). Shared by `gemv_batch` and `W8A8Linear`.
 template <class Group>
 inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std::size_t hi, Group&& group) {
@@ -119,7 +153,7 @@ inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std:
         const std::size_t t1 = t0 + tile < b1 ? t0 + tile : b1;
         for (std::size_t j = v0; j < v1; j += kVecTile) {
           const std::size_t m = v1 - j < kVecTile ? v1 - j : kVecTile;
-          for (std::size_t r = t0; r < t1; ++r) group(r, j, m);
+          group(t0, t1, j, m);
         }
       }
     }
@@ -139,8 +173,8 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
   parallel_for(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {
-        walk_rows(w.row_bytes, n, lo, hi, [&](std::size_t r, std::size_t j, std::size_t m) {
-          dot_group<K>(w, r, acts + j, m, y, j);
+        walk_rows(w.row_bytes, n, lo, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
         });
       },
       kRowGrain);

@@ -23,6 +23,13 @@
 /// 128 (256 with small groups) + 4 bytes per block; quant/gemv.hpp takes it from the thread's
 /// `ActivationArena`), so any width works. x must be finite.
 ///
+/// Formats with one scale per row or tensor (`kRowStep`: int8-row, int4-row, int8/int4-tensor) give
+/// the vector one step for all its full blocks (sx = max |x| / 16383 over them), so the products of a
+/// whole row are added in int32 lanes, widened once to int64, and the exact Σ q·x16 is scaled once by
+/// sx and the row's scale: 4 `vpdpbusd` per 128 columns and vector and no other instruction per
+/// block (the other formats convert and scale each block's sums). The rounding of x is then 2⁻¹⁵ of
+/// the vector's largest |x| instead of the block's.
+///
 /// `dot_n<N>` loads each 64-byte chunk of weights once and runs the `vpdpbusd` pairs of all N
 /// vectors on it (N·4 VNNI instructions per 128 columns on the same weight registers); each vector
 /// keeps its own accumulators, so a vector's result is the same for every N.
@@ -57,7 +64,9 @@ struct VnniActivation {
                                     // low plane's sums start from it, so no subtraction per block)
   std::int32_t* corr_lo = nullptr;  // [blocks, 16] the part of corr from a block's first 64 positions
                                     // (int8 codes with 32- or 64-column groups only, else null)
-  float* sx = nullptr;              // [blocks] fixed-point step of each block
+  float* sx = nullptr;              // [blocks] fixed-point step of each block (all equal for formats
+                                    // with one scale per row or tensor: see `kRowStep`)
+  std::int64_t corr_row = 0;        // −offset · Σ x16 over all full blocks (`kRowStep` kernels only)
   const float* x = nullptr;         // [cols] the fp32 vector (tail columns)
   std::size_t cols = 0, blocks = 0;  // blocks = cols / 128 (full blocks only)
 };
@@ -72,6 +81,13 @@ struct RowKernel<Arch, F> {
   /// int8 codes with groups of 32 or 64 columns: each 64-byte half of a block is summed on its own
   /// and scaled per lane (a 32-column group is 8 int32 lanes).
   static constexpr bool kSmallGroups = F::kCodeBits == 8 && (kGroup == 32 || kGroup == 64);
+  /// One scale per row or per tensor (int8-row, int4-row, …): the vector gets one fixed-point step
+  /// for all its full blocks, so the integer sums of a whole row are added in int32 lanes and scaled
+  /// once — four `vpdpbusd` per 128 columns and nothing else per block.
+  static constexpr bool kRowStep = !kSmallGroups && kGroup == 0;
+  /// Blocks whose lane sums stay in int32 before they are widened to int64: a lane's exact Σ u·x16
+  /// over a block is at most 8 · 255 · 16383 in magnitude, and 64 such blocks stay below 2³¹.
+  static constexpr std::size_t kRowSegmentBlocks = 64;
 
   /// Scratch bytes of one prepared vector of `cols` columns (a multiple of 64).
   static constexpr std::size_t activation_bytes(std::size_t cols) noexcept {
@@ -90,16 +106,23 @@ struct RowKernel<Arch, F> {
     a.corr = reinterpret_cast<std::int32_t*>(a.lo + a.blocks * B);
     a.corr_lo = kSmallGroups ? a.corr + a.blocks * 16 : nullptr;
     a.sx = reinterpret_cast<float*>(a.corr + (kSmallGroups ? 2 : 1) * a.blocks * 16);
+    if constexpr (kRowStep) {
+      const float step = fixed_point_step(x, a.blocks * B);
+      std::int64_t sum = 0;
+      for (std::size_t b = 0; b < a.blocks; ++b) {
+        a.sx[b] = step;
+        fixed_point_store(x + b * B, B, step, [&](std::size_t i, int q) { store_planes(a, b, i, q); sum += q; });
+      }
+      a.corr_row = -static_cast<std::int64_t>(kOffset) * sum;
+      return;
+    }
     for (std::size_t b = 0; b < a.blocks; ++b) {
       std::int32_t* corr = a.corr + b * 16;
       for (std::size_t i = 0; i < 16; ++i) corr[i] = 0;
       if constexpr (kSmallGroups)
         for (std::size_t i = 0; i < 16; ++i) a.corr_lo[b * 16 + i] = 0;
       a.sx[b] = fixed_point_block(x + b * B, B, [&](std::size_t i, int q) {
-        const int h = (q + 128) >> 8;  // −64…64
-        const std::size_t pos = slot(i);
-        a.hi[b * B + pos] = static_cast<std::int8_t>(h);
-        a.lo[b * B + pos] = static_cast<std::int8_t>(q - 256 * h);
+        const std::size_t pos = store_planes(a, b, i, q);
         corr[(pos % 64) / 4] -= kOffset * q;  // the int32 lane this column is summed into
         if constexpr (kSmallGroups) {
           if (pos < 64) a.corr_lo[b * 16 + pos / 4] -= kOffset * q;
@@ -108,9 +131,141 @@ struct RowKernel<Arch, F> {
     }
   }
 
+  /// Column i of block b as x16 = q = 256·hi + lo (hi −64…64, lo −128…127) into the planes; returns
+  /// its position in the block (kernel order).
+  static std::size_t store_planes(Activation& a, std::size_t b, std::size_t i, int q) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    const int h = (q + 128) >> 8;
+    const std::size_t pos = slot(i);
+    a.hi[b * B + pos] = static_cast<std::int8_t>(h);
+    a.lo[b * B + pos] = static_cast<std::int8_t>(q - 256 * h);
+    return pos;
+  }
+
+  /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
+  static __m512i widen_pairs(__m512i v) noexcept {
+    return _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
+                            _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+  }
+
+  /// The totals of the 8 int64 lanes of each of a, b, c, d (exact), by a transposing tree: three adds
+  /// for all four vectors instead of one horizontal reduction each.
+  static void lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d, std::int64_t* out) noexcept {
+    // 128-bit blocks: [x0 x1 | y0 y1] + [x2 x3 | y2 y3] → x's 4 partial pairs, then y's
+    const __m512i ab = _mm512_add_epi64(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
+    const __m512i cd = _mm512_add_epi64(_mm512_shuffle_i64x2(c, d, 0x44), _mm512_shuffle_i64x2(c, d, 0xEE));
+    // one 128-bit block per vector: a, b, c, d
+    const __m512i abcd = _mm512_add_epi64(_mm512_shuffle_i64x2(ab, cd, 0x88), _mm512_shuffle_i64x2(ab, cd, 0xDD));
+    alignas(64) std::int64_t lanes[8];
+    _mm512_store_si512(lanes, _mm512_add_epi64(abcd, _mm512_shuffle_epi32(abcd, _MM_PERM_BADC)));
+    for (std::size_t j = 0; j < 4; ++j) out[j] = lanes[2 * j];
+  }
+
+  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for `kRowStep` formats: per row and vector, Σ u·hi and
+  /// Σ u·lo over the row in int32 lanes — for one row two accumulators per plane (each chain then
+  /// takes one `vpdpbusd` per block), for two rows one, so the registers hold 2·R·N·(3 − R) of them —
+  /// combined per segment of kRowSegmentBlocks blocks into the lanes' exact Σ u·x16 = 256·Σ u·hi +
+  /// Σ u·lo (int32 wrap-around is harmless: the segment's true lane sums fit), widened to int64 and
+  /// added across the lanes of four vectors at a time at the end. The exact Σ q·x16 = Σ u·x16 −
+  /// offset·Σ x16 is scaled once (in double) by the vector's step and the row's scale; the tail columns
+  /// are fp32. out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result
+  /// is the same for every R and N.
+  template <std::size_t R, std::size_t N>
+  static void dot_rows(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    constexpr std::size_t A = R == 1 ? 2 : 1;    // accumulators per plane
+    constexpr std::size_t NP = (N + 3) / 4 * 4;  // vectors padded to the transposing tree's 4
+    const std::size_t blocks = a[0].blocks;
+    __m512i wide[R][NP];
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < NP; ++j) wide[i][j] = _mm512_setzero_si512();
+    for (std::size_t b0 = 0; b0 < blocks; b0 += kRowSegmentBlocks) {
+      const std::size_t b1 = b0 + kRowSegmentBlocks < blocks ? b0 + kRowSegmentBlocks : blocks;
+      __m512i h[R][N][A], l[R][N][A];
+      for (std::size_t i = 0; i < R; ++i)
+        for (std::size_t j = 0; j < N; ++j)
+          for (std::size_t k = 0; k < A; ++k) h[i][j][k] = l[i][j][k] = _mm512_setzero_si512();
+      for (std::size_t b = b0; b < b1; ++b) {
+        __m512i u[R][2];  // the block's 128 weights of each row as unsigned bytes, loaded once for all N vectors
+        for (std::size_t i = 0; i < R; ++i) {
+          const std::uint8_t* row = v.row(r + i);
+          if constexpr (F::kCodeBits == 8) {
+            const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+            detail::prefetch_codes(v, row + b * B);
+            detail::prefetch_codes(v, row + b * B + 64);
+            u[i][0] = _mm512_xor_si512(_mm512_loadu_si512(row + b * B), flip);
+            u[i][1] = _mm512_xor_si512(_mm512_loadu_si512(row + b * B + 64), flip);
+          } else {
+            const __m512i nib = _mm512_set1_epi8(0x0F);
+            detail::prefetch_codes(v, row + b * (B / 2));
+            const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
+            u[i][0] = _mm512_and_si512(w, nib);                        // columns 32m + j
+            u[i][1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
+          }
+        }
+        for (std::size_t j = 0; j < N; ++j) {
+          for (std::size_t k = 0; k < 2; ++k) {  // the two 64-column planes
+            const __m512i hi = _mm512_load_si512(a[j].hi + b * B + 64 * k);
+            const __m512i lo = _mm512_load_si512(a[j].lo + b * B + 64 * k);
+            for (std::size_t i = 0; i < R; ++i) {
+              h[i][j][k % A] = _mm512_dpbusd_epi32(h[i][j][k % A], u[i][k], hi);
+              l[i][j][k % A] = _mm512_dpbusd_epi32(l[i][j][k % A], u[i][k], lo);
+            }
+          }
+        }
+      }
+      for (std::size_t i = 0; i < R; ++i)
+        for (std::size_t j = 0; j < N; ++j) {
+          __m512i hs = h[i][j][0], ls = l[i][j][0];
+          if constexpr (A == 2) {
+            hs = _mm512_add_epi32(hs, h[i][j][1]);
+            ls = _mm512_add_epi32(ls, l[i][j][1]);
+          }
+          wide[i][j] = _mm512_add_epi64(wide[i][j], widen_pairs(_mm512_add_epi32(_mm512_slli_epi32(hs, 8), ls)));
+        }
+    }
+    const std::size_t tail = blocks * B;
+    for (std::size_t i = 0; i < R; ++i) {
+      const std::uint8_t* row = v.row(r + i);
+      const float s = static_cast<float>(v.row_scales(r + i)[0]);
+      std::int64_t exact[NP];
+      for (std::size_t j = 0; j < NP; j += 4) lane_totals4(wide[i][j], wide[i][j + 1], wide[i][j + 2], wide[i][j + 3], exact + j);
+      for (std::size_t j = 0; j < N; ++j) {
+        const double step = blocks > 0 ? static_cast<double>(a[j].sx[0]) : 0.0;
+        float total = static_cast<float>(static_cast<double>(exact[j] + a[j].corr_row) * step * static_cast<double>(s));
+        if (tail < v.cols) {
+          if constexpr (F::kCodeBits == 8) {
+            total += s * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), tail, v.cols, a[j].x);
+          } else {
+            alignas(64) float lev[16];
+            for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+            total += avx512::tail4(row, tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t) { return s; });
+          }
+        }
+        out[i * N + j] = total;
+      }
+    }
+  }
+
+  /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (`kRowStep` formats only; the
+  /// same results as two `dot_n` calls, with each vector's activation loads shared by both rows).
+  template <std::size_t N>
+    requires(kRowStep)
+  static void dot2_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+    dot_rows<2, N>(v, r, a, out);
+  }
+
   /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
   template <std::size_t N>
   static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+    if constexpr (kRowStep) dot_rows<1, N>(v, r, a, out);
+    else dot_n_blocks<N>(v, r, a, out);
+  }
+
+  /// `dot_n` for formats with scale groups: per block (or half block), the exact int32 lane sums
+  /// scaled by the block's step (and group scale) into fp32 accumulators.
+  template <std::size_t N>
+  static void dot_n_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
     constexpr std::size_t kBlocksPerGroup = G::kGroup / B;  // 0 for per-row / per-tensor
