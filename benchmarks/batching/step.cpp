@@ -10,8 +10,10 @@
 //     vs_bandwidth_bound       (weight_bytes / DRAM probe) ÷ step time: 1.0 is the roofline of a
 //                              memory-bound step (the B = 1 target is ≥ 0.85)
 //   BM_prefill_0_5B/<format>   P = 256 prompt tokens as one step (tokens/s; int8-row ≥ 2× fp32 is the target)
+//   BM_step_w8a8, BM_prefill_0_5B_w8a8: the same with W8A8 (int8 activations per token), the
+//                            8-bit-activation reference for the integer rows
 //
-// Weights: fp32 (1.98 GB of matrices), int8-row (0.50 GB), int4-g128 (0.28 GB), built once per process.
+// Weights: fp32 (1.98 GB of matrices), int8-row and W8A8 (0.50 GB), int4-g128 (0.28 GB), built once per process.
 
 #include <benchmark/benchmark.h>
 
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "barato/quant/activation.hpp"
 #include "barato/quant/linear.hpp"
 #include "dram_probe.hpp"
 #include "models/decode_batch.hpp"
@@ -43,6 +46,15 @@ template <class F>
 const bx::LlamaWeights<quant::Linear<F>>& quant_weights() {
   static const auto w = bx::convert_weights(fp32_weights(), [](const barato::nn::DenseLinear& d) {
     return quant::Linear<F>(d.rows(), d.cols(), d.weights());
+  });
+  return w;
+}
+
+/// W8A8 (int8-row weights × int8 activations per token, quant/activation.hpp): the 8-bit-activation
+/// reference point for the integer formats' compute-bound rows.
+const bx::LlamaWeights<quant::W8A8Linear<>>& w8a8_weights() {
+  static const auto w = bx::convert_weights(fp32_weights(), [](const barato::nn::DenseLinear& d) {
+    return quant::W8A8Linear<>(d.rows(), d.cols(), d.weights());
   });
   return w;
 }
@@ -114,8 +126,10 @@ void prefill(benchmark::State& state, const bx::LlamaWeights<Linear>& w) {
 void BM_step_fp32(benchmark::State& s) { decode_step(s, fp32_weights(), "fp32"); }
 void BM_step_int8_row(benchmark::State& s) { decode_step(s, quant_weights<quant::Int8PerRow<>>(), "int8_row"); }
 void BM_step_int4_g128(benchmark::State& s) { decode_step(s, quant_weights<quant::Int4Group<128>>(), "int4_g128"); }
+void BM_step_w8a8(benchmark::State& s) { decode_step(s, w8a8_weights(), "w8a8"); }
 void BM_prefill_0_5B_fp32(benchmark::State& s) { prefill(s, fp32_weights()); }
 void BM_prefill_0_5B_int8_row(benchmark::State& s) { prefill(s, quant_weights<quant::Int8PerRow<>>()); }
+void BM_prefill_0_5B_w8a8(benchmark::State& s) { prefill(s, w8a8_weights()); }
 
 void batch_sizes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"B", "threads"})->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -127,5 +141,7 @@ void batch_sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_step_fp32)->Apply(batch_sizes);
 BENCHMARK(BM_step_int8_row)->Apply(batch_sizes);
 BENCHMARK(BM_step_int4_g128)->Apply(batch_sizes);
+BENCHMARK(BM_step_w8a8)->Apply(batch_sizes);
 BENCHMARK(BM_prefill_0_5B_fp32)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_prefill_0_5B_int8_row)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill_0_5B_w8a8)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -68,6 +68,39 @@ TEST_CASE("int8 x int8 gemv: exact int32 products, every arch's Int8Dot agrees w
   }
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+TEST_CASE("VNNI Int8Dot::dot_rows: one or two rows against 1…4 vectors give the exact int32 products, the same as dot_n") {
+  using D = Int8Dot<xsimd::avx512bw>;
+  for (std::size_t cols : {std::size_t{37}, std::size_t{128}, std::size_t{896}, std::size_t{1000}}) {
+    CAPTURE(cols);
+    const std::size_t rows = 5;
+    const QuantizedMatrix<Int8PerRow<>> m(rows, cols, ref::normal_vector(rows * cols, 4, 0.1f));
+    std::vector<std::vector<std::int8_t>> xq(4, std::vector<std::int8_t>(cols));
+    Int8Activation acts[4];
+    for (std::size_t j = 0; j < 4; ++j) {
+      const auto x = barato::test::random_vector(cols, 5 + unsigned(j), -3.f, 3.f);
+      acts[j].sx = quantize_activation(x, xq[j]);
+      acts[j].q = xq[j].data();
+      for (auto v : xq[j]) acts[j].sum += v;
+    }
+    const auto* stop = reinterpret_cast<const std::int8_t*>(m.view().codes + rows * m.view().row_bytes);
+    for (std::size_t r = 0; r + 1 < rows; ++r) {
+      CAPTURE(r);
+      const std::int8_t* w[2] = {reinterpret_cast<const std::int8_t*>(m.view().row(r)),
+                                 reinterpret_cast<const std::int8_t*>(m.view().row(r + 1))};
+      std::int32_t two[8], one[4];
+      D::dot_rows<2, 4>(w, acts, cols, two, stop);
+      D::dot_rows<1, 3>(w, acts, cols, one, nullptr);
+      for (std::size_t j = 0; j < 4; ++j) {
+        CHECK(two[j] == dot_ref(m, r, xq[j]));
+        CHECK(two[4 + j] == dot_ref(m, r + 1, xq[j]));
+        if (j < 3) CHECK(one[j] == two[j]);
+      }
+    }
+  }
+}
+#endif
+
 TEST_CASE("W8A8Linear is a LinearLayer close to fp32 on well-behaved activations, and allocates nothing per apply") {
   const std::size_t R = 128, C = 256;
   const auto w = ref::normal_vector(R * C, 4, 0.05f);

@@ -22,6 +22,7 @@
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/core/parallel.hpp"
+#include "barato/core/prefetch.hpp"
 #include "barato/nn/linear_layer.hpp"
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/format.hpp"
@@ -90,27 +91,72 @@ template <class Arch>
   requires(simd::kHasAvx512bw<Arch>)
 struct Int8Dot<Arch> {
   static constexpr const char* kName = "avx512-vnni";
-  template <std::size_t N>
-  static void dot_n(const std::int8_t* w, const Int8Activation* a, std::size_t n, std::int32_t* out) noexcept {
+
+  /// out[i · N + j] = row w[i] · a[j] (i < R rows of n int8 weights, j < N vectors): two int32
+  /// accumulators per (row, vector), so each chain takes one `vpdpbusd` per 128 columns; each 64
+  /// weights loaded once for the N vectors and each 64 activation codes once for the R rows. Lanes
+  /// wrap modulo 2³², which is harmless: the corrected total fits int32 for n < 2^17. The codes are
+  /// prefetched into L2 kCodePrefetchBytes ahead while that stays below `stop` (null: no prefetch).
+  template <std::size_t R, std::size_t N>
+  static void dot_rows(const std::int8_t* const* w, const Int8Activation* a, std::size_t n, std::int32_t* out,
+                       const std::int8_t* stop) noexcept {
+    constexpr std::size_t NP = (N + 3) / 4 * 4;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512i a0[N], a1[N];
-    for (std::size_t j = 0; j < N; ++j) a0[j] = a1[j] = _mm512_setzero_si512();
-    std::size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-      const __m512i u0 = _mm512_xor_si512(_mm512_loadu_si512(w + i), flip);
-      const __m512i u1 = _mm512_xor_si512(_mm512_loadu_si512(w + i + 64), flip);
-      for (std::size_t j = 0; j < N; ++j) {
-        a0[j] = _mm512_dpbusd_epi32(a0[j], u0, _mm512_loadu_si512(a[j].q + i));
-        a1[j] = _mm512_dpbusd_epi32(a1[j], u1, _mm512_loadu_si512(a[j].q + i + 64));
+    __m512i acc[R][NP][2];
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < NP; ++j) acc[i][j][0] = acc[i][j][1] = _mm512_setzero_si512();
+    std::size_t c = 0;
+    for (; c + 128 <= n; c += 128) {
+      __m512i u[R][2];
+      for (std::size_t i = 0; i < R; ++i) {
+        if (stop != nullptr) {  // offsets, so no pointer is formed past the codes
+          const auto ahead = static_cast<std::size_t>(stop - (w[i] + c));
+          if (ahead > detail::kCodePrefetchBytes) prefetch_l2(w[i] + c + detail::kCodePrefetchBytes, 1);
+          if (ahead > detail::kCodePrefetchBytes + 64) prefetch_l2(w[i] + c + detail::kCodePrefetchBytes + 64, 1);
+        }
+        u[i][0] = _mm512_xor_si512(_mm512_loadu_si512(w[i] + c), flip);
+        u[i][1] = _mm512_xor_si512(_mm512_loadu_si512(w[i] + c + 64), flip);
+      }
+      for (std::size_t j = 0; j < N; ++j)
+        for (std::size_t k = 0; k < 2; ++k) {
+          const __m512i x = _mm512_loadu_si512(a[j].q + c + 64 * k);
+          for (std::size_t i = 0; i < R; ++i) acc[i][j][k] = _mm512_dpbusd_epi32(acc[i][j][k], u[i][k], x);
+        }
+    }
+    for (; c < n; c += 64) {  // masked tail: x is 0 in masked lanes, so their (flipped) w does not count
+      const std::size_t left = n - c;
+      const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+      for (std::size_t i = 0; i < R; ++i) {
+        const __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w[i] + c), flip);
+        for (std::size_t j = 0; j < N; ++j)
+          acc[i][j][0] = _mm512_dpbusd_epi32(acc[i][j][0], u, _mm512_maskz_loadu_epi8(m, a[j].q + c));
       }
     }
-    for (; i < n; i += 64) {  // masked tail: x is 0 in masked lanes, so their (flipped) w does not count
-      const std::size_t left = n - i;
-      const __mmask64 m = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
-      const __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + i), flip);
-      for (std::size_t j = 0; j < N; ++j) a0[j] = _mm512_dpbusd_epi32(a0[j], u, _mm512_maskz_loadu_epi8(m, a[j].q + i));
-    }
-    for (std::size_t j = 0; j < N; ++j) out[j] = _mm512_reduce_add_epi32(_mm512_add_epi32(a0[j], a1[j])) - 128 * a[j].sum;
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < NP; j += 4) {
+        std::int32_t t[4];
+        lane_totals4(_mm512_add_epi32(acc[i][j][0], acc[i][j][1]), _mm512_add_epi32(acc[i][j + 1][0], acc[i][j + 1][1]),
+                     _mm512_add_epi32(acc[i][j + 2][0], acc[i][j + 2][1]), _mm512_add_epi32(acc[i][j + 3][0], acc[i][j + 3][1]), t);
+        for (std::size_t k = 0; k < 4 && j + k < N; ++k) out[i * N + j + k] = t[k] - 128 * a[j + k].sum;
+      }
+  }
+
+  /// The lane totals of a, b, c, d (int32, modulo 2³²) by a transposing tree.
+  static void lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d, std::int32_t* out) noexcept {
+    const __m512i ab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x44), _mm512_shuffle_i32x4(a, b, 0xEE));
+    const __m512i cd = _mm512_add_epi32(_mm512_shuffle_i32x4(c, d, 0x44), _mm512_shuffle_i32x4(c, d, 0xEE));
+    __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(ab, cd, 0x88), _mm512_shuffle_i32x4(ab, cd, 0xDD));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_BADC));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, _MM_PERM_CDAB));
+    alignas(64) std::int32_t lanes[16];
+    _mm512_store_si512(lanes, x);
+    for (std::size_t j = 0; j < 4; ++j) out[j] = lanes[4 * j];
+  }
+
+  /// Row w against N vectors (`dot_rows<1, N>`, no prefetch).
+  template <std::size_t N>
+  static void dot_n(const std::int8_t* w, const Int8Activation* a, std::size_t n, std::int32_t* out) noexcept {
+    dot_rows<1, N>(&w, a, n, out, nullptr);
   }
   [[nodiscard]] static std::int32_t dot(const std::int8_t* w, const std::int8_t* x, std::size_t n,
                                         std::int32_t sum_x) noexcept {
@@ -123,20 +169,55 @@ struct Int8Dot<Arch> {
 #endif
 
 namespace detail {
-/// y[(j0 + j) · rows + r] = s_r · sx_j · (row r · a[j]) for j < m ≤ kVecTile (one `Int8Dot::dot_n`).
+/// y[(j0 + j) · rows + r] = s_r · sx_j · (row r · a[j]) for rows [r0, r1) and j < m ≤ kVecTile: two
+/// rows per `Int8Dot::dot_rows` call for full groups when the kernel has it (the integer sums are
+/// exact, so the grouping changes nothing), else one `dot_n` per row.
 template <class Arch, class View>
-inline void w8a8_group(const View& w, std::size_t r, const Int8Activation* a, std::size_t m, float* y,
-                       std::size_t j0) noexcept {
-  const auto* wr = reinterpret_cast<const std::int8_t*>(w.row(r));
-  std::int32_t d[kVecTile];
-  switch (m) {
-    case 4: Int8Dot<Arch>::template dot_n<4>(wr, a, w.cols, d); break;
-    case 3: Int8Dot<Arch>::template dot_n<3>(wr, a, w.cols, d); break;
-    case 2: Int8Dot<Arch>::template dot_n<2>(wr, a, w.cols, d); break;
-    default: Int8Dot<Arch>::template dot_n<1>(wr, a, w.cols, d); break;
+inline void w8a8_rows(const View& w, std::size_t r0, std::size_t r1, const Int8Activation* a, std::size_t m, float* y,
+                      std::size_t j0) noexcept {
+  using D = Int8Dot<Arch>;
+  // only the first vector group of a pass brings the rows in: the later ones find them in L1 / L2
+  const auto* stop = j0 % kVecBlock == 0 ? reinterpret_cast<const std::int8_t*>(w.codes + w.rows * w.row_bytes) : nullptr;
+  auto row = [&](std::size_t r) { return reinterpret_cast<const std::int8_t*>(w.row(r)); };
+  auto put = [&](std::size_t r, const std::int32_t* d) {
+    const float s = static_cast<float>(w.row_scales(r)[0]);
+    for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = s * a[j].sx * static_cast<float>(d[j]);
+  };
+  std::size_t r = r0;
+  if constexpr (requires(const std::int8_t* const* p, std::int32_t* o) { D::template dot_rows<2, kVecTile>(p, a, 0, o, stop); }) {
+    for (; r + 2 <= r1; r += 2) {
+      const std::int8_t* rows[2] = {row(r), row(r + 1)};
+      std::int32_t d[2 * kVecTile];
+      switch (m) {
+        case 4: D::template dot_rows<2, 4>(rows, a, w.cols, d, stop); break;
+        case 3: D::template dot_rows<2, 3>(rows, a, w.cols, d, stop); break;
+        case 2: D::template dot_rows<2, 2>(rows, a, w.cols, d, stop); break;
+        default: D::template dot_rows<2, 1>(rows, a, w.cols, d, stop); break;
+      }
+      put(r, d);
+      put(r + 1, d + m);
+    }
   }
-  const float s = static_cast<float>(w.row_scales(r)[0]);
-  for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = s * a[j].sx * static_cast<float>(d[j]);
+  for (; r < r1; ++r) {
+    std::int32_t d[kVecTile];
+    const std::int8_t* rows[1] = {row(r)};
+    if constexpr (requires(const std::int8_t* const* p, std::int32_t* o) { D::template dot_rows<1, kVecTile>(p, a, 0, o, stop); }) {
+      switch (m) {
+        case 4: D::template dot_rows<1, 4>(rows, a, w.cols, d, stop); break;
+        case 3: D::template dot_rows<1, 3>(rows, a, w.cols, d, stop); break;
+        case 2: D::template dot_rows<1, 2>(rows, a, w.cols, d, stop); break;
+        default: D::template dot_rows<1, 1>(rows, a, w.cols, d, stop); break;
+      }
+    } else {
+      switch (m) {
+        case 4: D::template dot_n<4>(rows[0], a, w.cols, d); break;
+        case 3: D::template dot_n<3>(rows[0], a, w.cols, d); break;
+        case 2: D::template dot_n<2>(rows[0], a, w.cols, d); break;
+        default: D::template dot_n<1>(rows[0], a, w.cols, d); break;
+      }
+    }
+    put(r, d);
+  }
 }
 
 /// Y = dequant(W) · dequant(A) for n quantized vectors a [n], rows split between threads.
@@ -146,9 +227,7 @@ void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, floa
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {
         walk_rows(w.row_bytes, n, lo, hi,
-                  [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
-                    for (std::size_t r = r0; r < r1; ++r) w8a8_group<Arch>(w, r, a + j, m, y, j);
-                  });
+                  [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) { w8a8_rows<Arch>(w, r0, r1, a + j, m, y, j); });
       },
       kRowGrain);
 }
