@@ -21,9 +21,11 @@
 ///
 /// Cost: n = 1 streams the weights (≈ 0.8–0.86 of the DRAM probe for int8-row on one core); for n ≥ 4
 /// the integer kernels are bound by their arithmetic, not by memory: 15-bit activations take two
-/// `vpdpbusd` (two byte planes) or two `vpdpwssd` (int16) per 64 columns and vector. Measured on
-/// 4864×896, one thread (bench_batching Products, paired runs): int8-row time(16) ≈ 5.1 × time(1),
-/// int4-g128 ≈ 8 ×, fp32 (nn::Dense) ≈ 1.7–2.2 ×.
+/// `vpdpbusd` (two byte planes) or two `vpdpwssd` (int16) per 64 columns and vector; the per-row
+/// formats spend nothing else per block (`kRowStep`), the grouped ones convert and scale each block's
+/// sums. Measured on 4864×896, one thread (bench_batching Products, paired runs, medians): int8-row
+/// time(16) ≈ 3.1 × time(1) (4.0 × before `kRowStep` and two rows per call), int4-g128 ≈ 8 ×, fp32
+/// (nn::Dense) ≈ 1.7–2.2 ×; W8A8 (8-bit activations, quant/activation.hpp) ≈ 2.3 ×.
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
