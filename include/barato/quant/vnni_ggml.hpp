@@ -118,19 +118,11 @@ struct RowKernel<Arch, F> {
                                    : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc0[N], acc1[N];
     for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
-    for (std::size_t k = 0; k < chunks; ++k) {
+    // chunk k: scale lanes sw (one weight scale per lane), then the integer sums of every vector
+    // scaled into acc0 (k even) or acc1 (k odd)
+    auto chunk = [&](std::size_t k, __m512 sw, auto& acc) {
       const std::uint8_t* w = row + k * 64;
       detail::prefetch_codes(v, w);
-      // the chunk's fp16 weight scales, one per lane
-      __m128i h;
-      if constexpr (kQ4) {
-        h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 4 * k));
-      } else {
-        int pair = 0;
-        std::memcpy(&pair, sc + 2 * k, sizeof pair);
-        h = _mm_cvtsi32_si128(pair);
-      }
-      const __m512 sw = _mm512_permutexvar_ps(lane_block, _mm512_cvtph_ps(_mm256_castsi128_si256(h)));
       __m512i u0, u1;
       if constexpr (kQ4) {
         const __m512i nib = _mm512_set1_epi8(0x0F);
@@ -146,9 +138,36 @@ struct RowKernel<Arch, F> {
         __m512i di = _mm512_dpbusd_epi32(_mm512_load_si512(a[j].corr + k * 16), u0, _mm512_load_si512(q));
         if constexpr (kQ4) di = _mm512_dpbusd_epi32(di, u1, _mm512_load_si512(q + 64));
         const __m512 s = _mm512_mul_ps(sw, _mm512_load_ps(a[j].lane_step + k * 16));
-        if (k & 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), s, acc1[j]);
-        else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), s, acc0[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), s, acc[j]);
       }
+    };
+    // 16 fp16 scales (kScaleGroup chunks) converted by one vcvtph2ps, spread over each chunk's lanes by
+    // one permute; kScaleGroup is even, so chunk parity (the accumulator) is the same as below
+    constexpr std::size_t kScaleGroup = 16 / kBlocksPerChunk;
+    __m512i spread[kScaleGroup];  // lane i of chunk c takes scale c · kBlocksPerChunk + i / kLanesPerBlock
+    for (std::size_t c = 0; c < kScaleGroup; ++c)
+      spread[c] = _mm512_add_epi32(lane_block, _mm512_set1_epi32(static_cast<int>(c * kBlocksPerChunk)));
+    std::size_t k = 0;
+    for (; k + kScaleGroup <= chunks; k += kScaleGroup) {
+      const __m512 s16 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + k * kBlocksPerChunk)));
+      for (std::size_t c = 0; c < kScaleGroup; c += 2) {
+        chunk(k + c, _mm512_permutexvar_ps(spread[c], s16), acc0);
+        chunk(k + c + 1, _mm512_permutexvar_ps(spread[c + 1], s16), acc1);
+      }
+    }
+    for (; k < chunks; ++k) {
+      // the chunk's fp16 weight scales, one per lane
+      __m128i h;
+      if constexpr (kQ4) {
+        h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 4 * k));
+      } else {
+        int pair = 0;
+        std::memcpy(&pair, sc + 2 * k, sizeof pair);
+        h = _mm_cvtsi32_si128(pair);
+      }
+      const __m512 sw = _mm512_permutexvar_ps(lane_block, _mm512_cvtph_ps(_mm256_castsi128_si256(h)));
+      if (k & 1) chunk(k, sw, acc1);
+      else chunk(k, sw, acc0);
     }
     const std::size_t full = chunks * kChunk;
     for (std::size_t j = 0; j < N; ++j) {
