@@ -69,27 +69,9 @@ std::vector<float> random_weights(std::size_t n, std::uint32_t seed) {
 
 // ---- DRAM read probe ---------------------------------------------------------------------------------
 
-/// Best of 5 passes over 1 GiB on `threads` threads, in bytes/s; measured once per thread count.
-double probe_bandwidth(int threads) {
-  static std::map<int, double> measured;
-  if (auto it = measured.find(threads); it != measured.end()) return it->second;
-  constexpr std::size_t kBytes = std::size_t{1} << 30;
-  Buffer<float> buf(kBytes / sizeof(float));
-  std::fill(buf.begin(), buf.end(), 1.0f);
-  std::vector<float> part(static_cast<std::size_t>(threads) * 16, 0.f);
-  double best = 0;
-  for (int p = 0; p < 5; ++p) {
-    const auto t0 = std::chrono::steady_clock::now();
-    parallel_for(
-        buf.size(), threads,
-        [&](std::size_t lo, std::size_t hi) { part[lo * static_cast<std::size_t>(threads) / buf.size() * 16] += bench::stream_sum(buf.data() + lo, hi - lo); },
-        1 << 16);
-    best = std::max(best, double(kBytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  benchmark::DoNotOptimize(part.data());
-  measured[threads] = best;
-  return best;
-}
+/// Best of 5 passes over 1 GiB on `threads` threads, in bytes/s; measured once per thread count (the
+/// probe the other benchmarks use, benchmarks/dram_probe.hpp).
+double probe_bandwidth(int threads) { return bench::dram_bandwidth(threads); }
 
 void BM_probe(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
