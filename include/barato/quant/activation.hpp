@@ -68,6 +68,13 @@ struct Int8Activation {
 template <class Arch>
 struct Int8Dot {
   static constexpr const char* kName = "scalar-int32";
+  /// out[i · N + j] = row w[i] · a[j] for R rows and N vectors (`stop`, the prefetch bound of the
+  /// VNNI kernel, is not used).
+  template <std::size_t R, std::size_t N>
+  static void dot_rows(const std::int8_t* const* w, const Int8Activation* a, std::size_t n, std::int32_t* out,
+                       const std::int8_t* /*stop*/) noexcept {
+    for (std::size_t i = 0; i < R; ++i) dot_n<N>(w[i], a, n, out + i * N);
+  }
   template <std::size_t N>
   static void dot_n(const std::int8_t* w, const Int8Activation* a, std::size_t n, std::int32_t* out) noexcept {
     for (std::size_t j = 0; j < N; ++j) out[j] = 0;
@@ -170,53 +177,34 @@ struct Int8Dot<Arch> {
 
 namespace detail {
 /// y[(j0 + j) · rows + r] = s_r · sx_j · (row r · a[j]) for rows [r0, r1) and j < m ≤ kVecTile: two
-/// rows per `Int8Dot::dot_rows` call for full groups when the kernel has it (the integer sums are
-/// exact, so the grouping changes nothing), else one `dot_n` per row.
+/// rows per `Int8Dot::dot_rows` call, the last odd row alone (the integer sums are exact, so the
+/// grouping changes nothing).
 template <class Arch, class View>
 inline void w8a8_rows(const View& w, std::size_t r0, std::size_t r1, const Int8Activation* a, std::size_t m, float* y,
                       std::size_t j0) noexcept {
   using D = Int8Dot<Arch>;
   // only the first vector group of a pass brings the rows in: the later ones find them in L1 / L2
   const auto* stop = j0 % kVecBlock == 0 ? reinterpret_cast<const std::int8_t*>(w.codes + w.rows * w.row_bytes) : nullptr;
-  auto row = [&](std::size_t r) { return reinterpret_cast<const std::int8_t*>(w.row(r)); };
-  auto put = [&](std::size_t r, const std::int32_t* d) {
-    const float s = static_cast<float>(w.row_scales(r)[0]);
-    for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r] = s * a[j].sx * static_cast<float>(d[j]);
-  };
-  std::size_t r = r0;
-  if constexpr (requires(const std::int8_t* const* p, std::int32_t* o) { D::template dot_rows<2, kVecTile>(p, a, 0, o, stop); }) {
-    for (; r + 2 <= r1; r += 2) {
-      const std::int8_t* rows[2] = {row(r), row(r + 1)};
-      std::int32_t d[2 * kVecTile];
+  for (std::size_t r = r0; r < r1;) {
+    const std::size_t k = r + 2 <= r1 ? 2 : 1;  // rows in this call
+    const std::int8_t* rows[2] = {reinterpret_cast<const std::int8_t*>(w.row(r)),
+                                  reinterpret_cast<const std::int8_t*>(w.row(r + k - 1))};
+    std::int32_t d[2 * kVecTile];
+    auto call = [&]<std::size_t R>() {
       switch (m) {
-        case 4: D::template dot_rows<2, 4>(rows, a, w.cols, d, stop); break;
-        case 3: D::template dot_rows<2, 3>(rows, a, w.cols, d, stop); break;
-        case 2: D::template dot_rows<2, 2>(rows, a, w.cols, d, stop); break;
-        default: D::template dot_rows<2, 1>(rows, a, w.cols, d, stop); break;
+        case 4: D::template dot_rows<R, 4>(rows, a, w.cols, d, stop); break;
+        case 3: D::template dot_rows<R, 3>(rows, a, w.cols, d, stop); break;
+        case 2: D::template dot_rows<R, 2>(rows, a, w.cols, d, stop); break;
+        default: D::template dot_rows<R, 1>(rows, a, w.cols, d, stop); break;
       }
-      put(r, d);
-      put(r + 1, d + m);
+    };
+    if (k == 2) call.template operator()<2>();
+    else call.template operator()<1>();
+    for (std::size_t i = 0; i < k; ++i) {
+      const float s = static_cast<float>(w.row_scales(r + i)[0]);
+      for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r + i] = s * a[j].sx * static_cast<float>(d[i * m + j]);
     }
-  }
-  for (; r < r1; ++r) {
-    std::int32_t d[kVecTile];
-    const std::int8_t* rows[1] = {row(r)};
-    if constexpr (requires(const std::int8_t* const* p, std::int32_t* o) { D::template dot_rows<1, kVecTile>(p, a, 0, o, stop); }) {
-      switch (m) {
-        case 4: D::template dot_rows<1, 4>(rows, a, w.cols, d, stop); break;
-        case 3: D::template dot_rows<1, 3>(rows, a, w.cols, d, stop); break;
-        case 2: D::template dot_rows<1, 2>(rows, a, w.cols, d, stop); break;
-        default: D::template dot_rows<1, 1>(rows, a, w.cols, d, stop); break;
-      }
-    } else {
-      switch (m) {
-        case 4: D::template dot_n<4>(rows[0], a, w.cols, d); break;
-        case 3: D::template dot_n<3>(rows[0], a, w.cols, d); break;
-        case 2: D::template dot_n<2>(rows[0], a, w.cols, d); break;
-        default: D::template dot_n<1>(rows[0], a, w.cols, d); break;
-      }
-    }
-    put(r, d);
+    r += k;
   }
 }
 

@@ -142,6 +142,27 @@ struct RowKernel<Arch, F> {
     return pos;
   }
 
+  /// Block b (128 columns) of a row's codes as unsigned bytes u = code + kOffset, prefetching ahead:
+  /// int8 codes with the sign bit flipped (u0 columns 0–63, u1 64–127); 4-bit codes as stored, low
+  /// nibbles in u0 (columns 32m + j) and high nibbles in u1 (columns 32m + 16 + j).
+  static void load_block(const QuantizedView<F>& v, const std::uint8_t* row, std::size_t b, __m512i& u0,
+                         __m512i& u1) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    if constexpr (F::kCodeBits == 8) {
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      detail::prefetch_codes(v, row + b * B);
+      detail::prefetch_codes(v, row + b * B + 64);
+      u0 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B), flip);
+      u1 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B + 64), flip);
+    } else {
+      const __m512i nib = _mm512_set1_epi8(0x0F);
+      detail::prefetch_codes(v, row + b * (B / 2));
+      const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
+      u0 = _mm512_and_si512(w, nib);
+      u1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);
+    }
+  }
+
   /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
   static __m512i widen_pairs(__m512i v) noexcept {
     return _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
@@ -187,22 +208,7 @@ struct RowKernel<Arch, F> {
           for (std::size_t k = 0; k < A; ++k) h[i][j][k] = l[i][j][k] = _mm512_setzero_si512();
       for (std::size_t b = b0; b < b1; ++b) {
         __m512i u[R][2];  // the block's 128 weights of each row as unsigned bytes, loaded once for all N vectors
-        for (std::size_t i = 0; i < R; ++i) {
-          const std::uint8_t* row = v.row(r + i);
-          if constexpr (F::kCodeBits == 8) {
-            const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-            detail::prefetch_codes(v, row + b * B);
-            detail::prefetch_codes(v, row + b * B + 64);
-            u[i][0] = _mm512_xor_si512(_mm512_loadu_si512(row + b * B), flip);
-            u[i][1] = _mm512_xor_si512(_mm512_loadu_si512(row + b * B + 64), flip);
-          } else {
-            const __m512i nib = _mm512_set1_epi8(0x0F);
-            detail::prefetch_codes(v, row + b * (B / 2));
-            const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
-            u[i][0] = _mm512_and_si512(w, nib);                        // columns 32m + j
-            u[i][1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
-          }
-        }
+        for (std::size_t i = 0; i < R; ++i) load_block(v, v.row(r + i), b, u[i][0], u[i][1]);
         for (std::size_t j = 0; j < N; ++j) {
           for (std::size_t k = 0; k < 2; ++k) {  // the two 64-column planes
             const __m512i hi = _mm512_load_si512(a[j].hi + b * B + 64 * k);
@@ -314,19 +320,7 @@ struct RowKernel<Arch, F> {
         if (b % kBlocksPerGroup == 0) s = static_cast<float>(sc[b / kBlocksPerGroup]);
       }
       __m512i u0, u1;  // the block's 128 weights as unsigned bytes, loaded once for all N vectors
-      if constexpr (F::kCodeBits == 8) {
-        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-        detail::prefetch_codes(v, row + b * B);
-        detail::prefetch_codes(v, row + b * B + 64);
-        u0 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B), flip);
-        u1 = _mm512_xor_si512(_mm512_loadu_si512(row + b * B + 64), flip);
-      } else {
-        const __m512i nib = _mm512_set1_epi8(0x0F);
-        detail::prefetch_codes(v, row + b * (B / 2));
-        const __m512i w = _mm512_loadu_si512(row + b * (B / 2));
-        u0 = _mm512_and_si512(w, nib);                        // columns 32m + j
-        u1 = _mm512_and_si512(_mm512_srli_epi16(w, 4), nib);  // columns 32m + 16 + j
-      }
+      load_block(v, row, b, u0, u1);
       for (std::size_t j = 0; j < N; ++j) {
         const std::int8_t* hi = a[j].hi + b * B;
         const std::int8_t* lo = a[j].lo + b * B;
