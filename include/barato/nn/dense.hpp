@@ -121,7 +121,7 @@ inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x
     for (std::size_t j = 0; j < N; ++j) xv[j] = B::load_unaligned(x + j * x_stride + k);
     for (std::size_t r = 0; r < R; ++r) {
       const B wv = simd::load_as_float<Arch>(w + r * cols + k);
-      for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = xsimd::fma(wv, xv[j], acc[r * N + j]);
+      for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = simd::fma(wv, xv[j], acc[r * N + j]);
     }
   }
   if (rest != 0) {
@@ -129,7 +129,7 @@ inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x
     for (std::size_t j = 0; j < N; ++j) xv[j] = load_tail<Arch>(x + j * x_stride + kfull, rest);
     for (std::size_t r = 0; r < R; ++r) {
       const B wv = load_tail<Arch>(w + r * cols + kfull, rest);
-      for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = xsimd::fma(wv, xv[j], acc[r * N + j]);
+      for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = simd::fma(wv, xv[j], acc[r * N + j]);
     }
   }
   float sums[R * N];
@@ -167,18 +167,18 @@ inline void gemv_rows(const T* w, std::size_t cols, const float* x, float* y, st
         const T* wh = wg + i * cols;
         for (std::size_t k = 0; k < kfull; k += W) {
           const B xv = B::load_unaligned(x + k);
-          for (std::size_t h = 0; h < H; ++h) a[h] = xsimd::fma(simd::load_as_float<Arch>(wh + h * cols + k), xv, a[h]);
+          for (std::size_t h = 0; h < H; ++h) a[h] = simd::fma(simd::load_as_float<Arch>(wh + h * cols + k), xv, a[h]);
         }
         if (rest != 0)
-          for (std::size_t h = 0; h < H; ++h) a[h] = xsimd::fma(load_tail<Arch>(wh + h * cols + kfull, rest), xt, a[h]);
+          for (std::size_t h = 0; h < H; ++h) a[h] = simd::fma(load_tail<Arch>(wh + h * cols + kfull, rest), xt, a[h]);
         for (std::size_t h = 0; h < H; ++h) acc[i + h] = a[h];
       }
     }
     for (; i < m; ++i) {
       B a(0.f);
       const T* wr = wg + i * cols;
-      for (std::size_t k = 0; k < kfull; k += W) a = xsimd::fma(simd::load_as_float<Arch>(wr + k), B::load_unaligned(x + k), a);
-      if (rest != 0) a = xsimd::fma(load_tail<Arch>(wr + kfull, rest), xt, a);
+      for (std::size_t k = 0; k < kfull; k += W) a = simd::fma(simd::load_as_float<Arch>(wr + k), B::load_unaligned(x + k), a);
+      if (rest != 0) a = simd::fma(load_tail<Arch>(wr + kfull, rest), xt, a);
       acc[i] = a;
     }
     reduce_lanes<Arch>(acc, m, y + g);

@@ -23,6 +23,7 @@
 /// The fp32 kernels compute Σ_c level(code_c) · scale_c · x_c in fp32 and differ only by summation
 /// order and by where the scale is multiplied in.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -78,7 +79,15 @@ struct PortableRowKernel {
         for (std::size_t j = 0; j < N; ++j) part[j] += chunk_dot(act[j].x + a, lev, b - a);
       }
       const float s = static_cast<float>(sc[G::kGroup != 0 ? g : 0]);
-      for (std::size_t j = 0; j < N; ++j) total[j] += part[j] * s;
+      // one rounding or two, the same for every N (not the compiler's choice per code path:
+      // simd::fma in simd/arch.hpp says why)
+      for (std::size_t j = 0; j < N; ++j) {
+#ifdef __FP_FAST_FMAF
+        total[j] = std::fma(part[j], s, total[j]);
+#else
+        total[j] += part[j] * s;  // no FMA instructions: nothing to fuse it into
+#endif
+      }
     }
     for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
   }

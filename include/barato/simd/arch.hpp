@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
 
-#if defined(__AVX512F__) || defined(__AVX__)
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -73,6 +73,32 @@ template <class T, class Arch>
   return m;
 }
 #endif
+
+/// x·y + z for batches, rounded once wherever the compile flags enable FMA instructions, and as a
+/// product and a sum (two roundings) where they do not — never one or the other by the compiler's
+/// choice. xsimd 8.1 has fused `fma` only for its fma3<…> arch types: on avx512f/bw and plain avx2 it
+/// is `x * y + z`, which GCC's default -ffp-contract=fast fuses or not depending on the surrounding
+/// loop (on an AMD Zen 5 with -march=native it did one in one code path and not in another, so a row
+/// of a batched product differed in the last bit from the same row alone). The kernels call this one.
+template <class T, class Arch>
+[[nodiscard]] inline Batch<T, Arch> fma(const Batch<T, Arch>& x, const Batch<T, Arch>& y, const Batch<T, Arch>& z) noexcept {
+  constexpr bool kF32 = std::is_same_v<T, float>, kF64 = std::is_same_v<T, double>;
+#if defined(__AVX512F__)
+  if constexpr (kHasAvx512<Arch> && kF32) return _mm512_fmadd_ps(x, y, z);
+  if constexpr (kHasAvx512<Arch> && kF64) return _mm512_fmadd_pd(x, y, z);
+#endif
+#if defined(__FMA__)
+  constexpr bool k256 = !kHasAvx512<Arch> && std::is_base_of_v<xsimd::avx, Arch>;
+  constexpr bool k128 = !kHasAvx512<Arch> && !std::is_base_of_v<xsimd::avx, Arch> && std::is_base_of_v<xsimd::sse2, Arch>;
+  if constexpr (k256 && kF32) return _mm256_fmadd_ps(x, y, z);
+  if constexpr (k256 && kF64) return _mm256_fmadd_pd(x, y, z);
+  if constexpr (k128 && kF32) return _mm_fmadd_ps(x, y, z);
+  if constexpr (k128 && kF64) return _mm_fmadd_pd(x, y, z);
+#endif
+  (void)kF32;
+  (void)kF64;
+  return xsimd::fma(x, y, z);
+}
 
 #if defined(__AVX512F__)
 namespace detail {

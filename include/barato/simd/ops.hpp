@@ -21,12 +21,12 @@ template <Element T = float, class Arch = DefaultArch>
   B acc0(0.f), acc1(0.f), acc2(0.f), acc3(0.f);
   std::size_t i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
-    acc0 = xsimd::fma(B::load_unaligned(a + i), load_as_float<Arch>(b + i), acc0);
-    acc1 = xsimd::fma(B::load_unaligned(a + i + W), load_as_float<Arch>(b + i + W), acc1);
-    acc2 = xsimd::fma(B::load_unaligned(a + i + 2 * W), load_as_float<Arch>(b + i + 2 * W), acc2);
-    acc3 = xsimd::fma(B::load_unaligned(a + i + 3 * W), load_as_float<Arch>(b + i + 3 * W), acc3);
+    acc0 = simd::fma(B::load_unaligned(a + i), load_as_float<Arch>(b + i), acc0);
+    acc1 = simd::fma(B::load_unaligned(a + i + W), load_as_float<Arch>(b + i + W), acc1);
+    acc2 = simd::fma(B::load_unaligned(a + i + 2 * W), load_as_float<Arch>(b + i + 2 * W), acc2);
+    acc3 = simd::fma(B::load_unaligned(a + i + 3 * W), load_as_float<Arch>(b + i + 3 * W), acc3);
   }
-  for (; i + W <= n; i += W) acc0 = xsimd::fma(B::load_unaligned(a + i), load_as_float<Arch>(b + i), acc0);
+  for (; i + W <= n; i += W) acc0 = simd::fma(B::load_unaligned(a + i), load_as_float<Arch>(b + i), acc0);
   float s = reduce_add<float, Arch>((acc0 + acc1) + (acc2 + acc3));
   for (; i < n; ++i) s += a[i] * static_cast<float>(b[i]);
   return s;
@@ -39,7 +39,7 @@ inline void axpy(float alpha, const T* x, float* y, std::size_t n) noexcept {
   constexpr std::size_t W = B::size;
   const B a(alpha);
   std::size_t i = 0;
-  for (; i + W <= n; i += W) xsimd::fma(a, load_as_float<Arch>(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
+  for (; i + W <= n; i += W) simd::fma(a, load_as_float<Arch>(x + i), B::load_unaligned(y + i)).store_unaligned(y + i);
   for (; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
 }
 

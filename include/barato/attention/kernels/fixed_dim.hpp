@@ -99,11 +99,11 @@ void accumulate_fixed_dim(const QueryGroup& qg, const Rows& rows, std::size_t r0
             if (h == 0) cur.prefetch_k(t, j);  // once per chunk, not once per query head
             if constexpr (Run % W == 0) {
               acc[j] = qv[0] * simd::load_as_float<Arch>(kt + j * stride);
-              for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
+              for (std::size_t c = 1; c < C; ++c) acc[j] = simd::fma(qv[c], simd::load_as_float<Arch>(kt + j * stride + c * W), acc[j]);
             } else {
               const T* kr = cur.k_row(t, j);
               acc[j] = qv[0] * simd::load_as_float<Arch>(kr);
-              for (std::size_t c = 1; c < C; ++c) acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>(kr + c * W), acc[j]);
+              for (std::size_t c = 1; c < C; ++c) acc[j] = simd::fma(qv[c], simd::load_as_float<Arch>(kr + c * W), acc[j]);
             }
           }
           simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
@@ -111,7 +111,7 @@ void accumulate_fixed_dim(const QueryGroup& qg, const Rows& rows, std::size_t r0
           for (std::size_t j = 0; j < W; ++j) acc[j] = B(0.0f);
           for (std::size_t j = 0; j < nt; ++j)
             for (std::size_t c = 0; c < C; ++c)
-              acc[j] = xsimd::fma(qv[c], simd::load_as_float<Arch>((Run % W == 0 ? kt + j * stride : cur.k_row(t, j)) + c * W), acc[j]);
+              acc[j] = simd::fma(qv[c], simd::load_as_float<Arch>((Run % W == 0 ? kt + j * stride : cur.k_row(t, j)) + c * W), acc[j]);
           simd::reduce_add_rows<Arch>(acc).store_aligned(s + t);
           for (std::size_t j = nt; j < W; ++j) s[t + j] = kNegInf;  // rows past the range weigh 0
         }
@@ -159,13 +159,13 @@ void accumulate_fixed_dim(const QueryGroup& qg, const Rows& rows, std::size_t r0
           }
           const T* vb = va + stride;
           for (std::size_t c = 0; c < C; ++c) {
-            ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);
-            ov2[c] = xsimd::fma(p1, simd::load_as_float<Arch>(vb + c * W), ov2[c]);
+            ov[c] = simd::fma(p0, simd::load_as_float<Arch>(va + c * W), ov[c]);
+            ov2[c] = simd::fma(p1, simd::load_as_float<Arch>(vb + c * W), ov2[c]);
           }
         }
         if (j < nt) {
           const B p0(pt[j]);
-          for (std::size_t c = 0; c < C; ++c) ov[c] = xsimd::fma(p0, simd::load_as_float<Arch>(v0 + j * stride + c * W), ov[c]);
+          for (std::size_t c = 0; c < C; ++c) ov[c] = simd::fma(p0, simd::load_as_float<Arch>(v0 + j * stride + c * W), ov[c]);
         }
       }
       for (std::size_t c = 0; c < C; ++c) (ov[c] + ov2[c]).store_unaligned(oh + c * W);

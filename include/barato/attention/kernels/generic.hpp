@@ -55,12 +55,12 @@ void accumulate_rows(const QueryGroup& qg, const Rows& rows, std::size_t r0, std
       if (nt == W) {
         for (std::size_t c = 0; c < dv; c += W) {
           const B qc = B::load_unaligned(qh + c);
-          for (std::size_t j = 0; j < W; ++j) acc[j] = xsimd::fma(qc, rows.template load_k<Arch>(r + j, c), acc[j]);
+          for (std::size_t j = 0; j < W; ++j) acc[j] = simd::fma(qc, rows.template load_k<Arch>(r + j, c), acc[j]);
         }
       } else {
         for (std::size_t c = 0; c < dv; c += W) {
           const B qc = B::load_unaligned(qh + c);
-          for (std::size_t j = 0; j < nt; ++j) acc[j] = xsimd::fma(qc, rows.template load_k<Arch>(r + j, c), acc[j]);
+          for (std::size_t j = 0; j < nt; ++j) acc[j] = simd::fma(qc, rows.template load_k<Arch>(r + j, c), acc[j]);
         }
       }
       simd::reduce_add_rows<Arch>(acc).store_aligned(s);
@@ -93,7 +93,7 @@ void accumulate_rows(const QueryGroup& qg, const Rows& rows, std::size_t r0, std
       // o += Σ_j w_j · v_j
       for (std::size_t c = 0; c < dv; c += W) {
         B ov = B::load_unaligned(oh + c);
-        for (std::size_t j = 0; j < nt; ++j) ov = xsimd::fma(B(w[j]), rows.template load_v<Arch>(r + j, c), ov);
+        for (std::size_t j = 0; j < nt; ++j) ov = simd::fma(B(w[j]), rows.template load_v<Arch>(r + j, c), ov);
         ov.store_unaligned(oh + c);
       }
       for (std::size_t c = dv; c < d; ++c) {
