@@ -53,6 +53,53 @@ struct Prepared {
   }
 };
 
+/// Both preparations of x into fresh scratch (filled with different junk, so untouched bytes
+/// cannot agree by accident); the scratch bytes they write must be the same.
+template <class K>
+void check_prepare_matches_scalar(const std::vector<float>& x) {
+  const std::size_t bytes = K::activation_bytes(x.size() / 64 * 64);
+  std::vector<std::byte> sv(bytes + 64, std::byte{0xAB}), ss(bytes + 64, std::byte{0xAB});
+  auto aligned = [&](std::vector<std::byte>& st) {
+    void* p = st.data();
+    std::size_t space = st.size();
+    return static_cast<std::byte*>(std::align(64, bytes, p, space));
+  };
+  std::byte* pv = aligned(sv);
+  std::byte* ps = aligned(ss);
+  typename K::Activation av, as;
+  K::prepare(x.data(), x.size(), av, pv);
+  K::prepare_scalar(x.data(), x.size(), as, ps);
+  REQUIRE(av.blocks == as.blocks);
+  const std::size_t B = K::Activation::kBlock, blocks = av.blocks;
+  CHECK(std::equal(av.hi, av.hi + blocks * B, as.hi));
+  CHECK(std::equal(av.lo, av.lo + blocks * B, as.lo));
+  CHECK(std::equal(av.sx, av.sx + blocks, as.sx));
+  if constexpr (K::kRowStep) {
+    CHECK(av.corr_row == as.corr_row);
+  } else {
+    CHECK(std::equal(av.corr, av.corr + blocks * 16, as.corr));
+    if constexpr (K::kSmallGroups) CHECK(std::equal(av.corr_lo, av.corr_lo + blocks * 16, as.corr_lo));
+  }
+}
+
+TEST_CASE_TEMPLATE("avx512-vnni prepare (16 columns per instruction) writes the same planes, steps and corrections as prepare_scalar", F,
+                   BARATO_VNNI_FORMATS) {
+  using K = RowKernel<xsimd::avx512bw, F>;
+  for (const std::size_t cols : {64, 128, 896, 384 + 77, 4864}) {
+    CAPTURE(cols);
+    check_prepare_matches_scalar<K>(barato::test::random_vector(cols, 301, -3.f, 3.f));
+    // ties of the rounding: with max |x| = 16383, x · (1 / step) lands on k + 0.5 (rounded to even)
+    std::vector<float> ties(cols);
+    for (std::size_t c = 0; c < cols; ++c) ties[c] = (c % 7 == 0 ? 16383.0f : 0.5f + static_cast<float>(c % 301)) * (c % 2 ? -1.f : 1.f);
+    check_prepare_matches_scalar<K>(ties);
+    // an outlier, an all-zero block, negative zeros and the largest codes
+    auto mixed = barato::test::random_vector(cols, 302, -1.f, 1.f);
+    mixed[cols / 3] = 250.0f;
+    for (std::size_t c = 0; c < std::min<std::size_t>(cols, 128); ++c) mixed[c] = c % 2 ? -0.0f : 0.0f;
+    check_prepare_matches_scalar<K>(mixed);
+  }
+}
+
 TEST_CASE("avx512-vnni prepare (scale groups): the two byte planes hold x16 = 256·hi + lo with |x16| ≤ 16383, each block its own step, an all-zero block exact") {
   using K = RowKernel<xsimd::avx512bw, Int8Group<128>>;
   static_assert(!K::kRowStep);

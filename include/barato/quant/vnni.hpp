@@ -95,8 +95,79 @@ struct RowKernel<Arch, F> {
     return 2 * blocks * VnniActivation::kBlock + (kSmallGroups ? 2 : 1) * blocks * 64 + scratch_round(blocks * 4);
   }
 
-  /// Fixed-point planes of x [cols] into `scratch` (64-byte aligned, activation_bytes(cols) bytes). O(cols).
+  /// Fixed-point planes of x [cols] into `scratch` (64-byte aligned, activation_bytes(cols) bytes):
+  /// 16 columns per instruction — the same bytes as `prepare_scalar` (the rounding is the same
+  /// `round(x · (1 / step))` to nearest even, and the lane corrections are exact integer sums, taken
+  /// from the stored planes by `vpdpbusd` with a vector of ones). O(cols).
   static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    a.x = x;
+    a.cols = cols;
+    a.blocks = cols / B;
+    a.hi = reinterpret_cast<std::int8_t*>(scratch);
+    a.lo = a.hi + a.blocks * B;
+    a.corr = reinterpret_cast<std::int32_t*>(a.lo + a.blocks * B);
+    a.corr_lo = kSmallGroups ? a.corr + a.blocks * 16 : nullptr;
+    a.sx = reinterpret_cast<float*>(a.corr + (kSmallGroups ? 2 : 1) * a.blocks * 16);
+    const float row_step = kRowStep ? max_abs(x, a.blocks * B) / static_cast<float>(kFixedPointMax) : 0.0f;
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i off = _mm512_set1_epi32(-kOffset);
+    std::int64_t sum = 0;  // Σ x16 over the full blocks (kRowStep)
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      const float* xb = x + b * B;
+      const float step = kRowStep ? row_step : max_abs(xb, B) / static_cast<float>(kFixedPointMax);
+      a.sx[b] = step;
+      const __m512 inv = _mm512_set1_ps(step > 0.f ? 1.0f / step : 0.f);
+      const __m512i qmax = _mm512_set1_epi32(kFixedPointMax);
+      __m512i h[8], l[8];  // x16 of columns 16k … 16k + 15 as hi (−64…64) and lo (−128…127)
+      __m512i qs = _mm512_setzero_si512();
+      for (std::size_t k = 0; k < 8; ++k) {
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * k), inv));  // MXCSR: nearest even
+        q = _mm512_max_epi32(_mm512_min_epi32(q, qmax), _mm512_sub_epi32(_mm512_setzero_si512(), qmax));
+        h[k] = _mm512_srai_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(128)), 8);
+        l[k] = _mm512_sub_epi32(q, _mm512_slli_epi32(h[k], 8));
+        qs = _mm512_add_epi32(qs, q);
+      }
+      std::int8_t* hb = a.hi + b * B;
+      std::int8_t* lb = a.lo + b * B;
+      if constexpr (F::kCodeBits == 8) {  // natural order
+        for (std::size_t k = 0; k < 8; ++k) {
+          _mm_store_si128(reinterpret_cast<__m128i*>(hb + 16 * k), _mm512_cvtepi32_epi8(h[k]));
+          _mm_store_si128(reinterpret_cast<__m128i*>(lb + 16 * k), _mm512_cvtepi32_epi8(l[k]));
+        }
+      } else {  // chunk c holds columns 16(2m + c) + j at byte 4j + m (`slot`)
+        const __m512i byte = _mm512_set1_epi32(0xFF);
+        auto interleave = [&](const __m512i* v, std::size_t c) {
+          __m512i w = _mm512_and_si512(v[c], byte);
+          for (std::size_t m = 1; m < 4; ++m)
+            w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_and_si512(v[2 * m + c], byte), static_cast<unsigned>(8 * m)));
+          return w;
+        };
+        for (std::size_t c = 0; c < 2; ++c) {
+          _mm512_store_si512(hb + 64 * c, interleave(h, c));
+          _mm512_store_si512(lb + 64 * c, interleave(l, c));
+        }
+      }
+      if constexpr (kRowStep) {
+        sum += _mm512_reduce_add_epi32(qs);  // ≤ 128 · 16383 per block: exact in int32
+        continue;
+      }
+      // the lanes' −offset · Σ x16 of each 64-byte chunk: Σ x16 = 256 · Σ hi + Σ lo over the lane's 4 bytes
+      __m512i chunk[2];
+      for (std::size_t c = 0; c < 2; ++c) {
+        const __m512i sh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(hb + 64 * c));
+        const __m512i sl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(lb + 64 * c));
+        chunk[c] = _mm512_mullo_epi32(off, _mm512_add_epi32(_mm512_slli_epi32(sh, 8), sl));
+      }
+      _mm512_store_si512(a.corr + b * 16, _mm512_add_epi32(chunk[0], chunk[1]));
+      if constexpr (kSmallGroups) _mm512_store_si512(a.corr_lo + b * 16, chunk[0]);
+    }
+    if constexpr (kRowStep) a.corr_row = -static_cast<std::int64_t>(kOffset) * sum;
+  }
+
+  /// `prepare` written element by element: the readable reference of the vector version (the tests
+  /// check that both fill the scratch with the same bytes). O(cols).
+  static void prepare_scalar(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
     a.x = x;
     a.cols = cols;
@@ -367,6 +438,13 @@ struct RowKernel<Arch, F> {
   }
 
  private:
+  /// max |x[i]| over i < n (a multiple of 16): exact, so the same as `fixed_point_step`'s scalar loop.
+  static float max_abs(const float* x, std::size_t n) noexcept {
+    __m512 m = _mm512_setzero_ps();
+    for (std::size_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    return _mm512_reduce_max_ps(m);
+  }
+
   /// Position of block column i in the planes: natural for 8-bit codes; for the 4-bit layout the
   /// order of the nibbles in a 64-byte chunk (low nibbles first, then high nibbles; byte 4j + m ↔ 32m + j).
   static constexpr std::size_t slot(std::size_t i) noexcept {
