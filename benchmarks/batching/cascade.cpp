@@ -17,6 +17,14 @@
 // per-sequence time, both measured in alternating batches in this process (paired_medians, thread
 // CPU time), and bytes_ratio = cascade kv_bytes / per-sequence kv_bytes. The target:
 // vs_per_seq ≤ 0.3 at S = 16, prefix = 2048, own = 64.
+// Both paths perform the same fp32 multiply-adds (2·d per query head and cached position: q·k and
+// p·v; the cascade reads the shared rows once but still scores them for every head), so the
+// BM_cascade rows also report the arithmetic floor: macs = those multiply-adds, fma_GMACs = the
+// in-binary fp32 FMA probe (benchmarks/fma_probe.hpp, thread CPU time), mac_util = floor time /
+// cascade time (how close the cascade is to the core's FMA rate), and floor_vs_per_seq = floor time /
+// per-sequence time: the lowest vs_per_seq an fp32 kernel could reach on this core. Where
+// floor_vs_per_seq > 0.3 (14 query heads over 2 KV heads: per-sequence decode already reuses each K/V
+// row for 7 heads and is itself FMA-bound), the target cannot be met by reading fewer bytes.
 
 #include <benchmark/benchmark.h>
 
@@ -29,6 +37,7 @@
 #include "barato/attention/cascade.hpp"
 #include "barato/core/dtype.hpp"
 #include "barato/kv/paged.hpp"
+#include "fma_probe.hpp"
 #include "support/reference.hpp"
 #include "timing.hpp"
 
@@ -79,6 +88,10 @@ struct SharedStep {
   [[nodiscard]] std::uint64_t per_sequence_bytes() const {
     return static_cast<std::uint64_t>(seqs.size() * (prefix + own) * position_bytes());
   }
+  /// fp32 multiply-adds of the step, the same for both paths: 2·d per query head and cached position.
+  [[nodiscard]] double macs() const {
+    return 2.0 * static_cast<double>(heads.head_dim * heads.n_q * seqs.size() * (prefix + own));
+  }
   [[nodiscard]] std::uint64_t cascade_bytes() const {
     return static_cast<std::uint64_t>((prefix + seqs.size() * own) * position_bytes());
   }
@@ -124,6 +137,11 @@ void BM_cascade(benchmark::State& state) {
   const auto [t_cascade, t_per_seq] = paired_medians([&] { st.cascade(); }, [&] { st.per_sequence(); });
   state.counters["vs_per_seq"] = t_cascade / t_per_seq;
   state.counters["bytes_ratio"] = static_cast<double>(st.cascade_bytes()) / static_cast<double>(st.per_sequence_bytes());
+  const double floor = st.macs() / bench::fma_rate();  // seconds at the core's FMA rate
+  state.counters["macs"] = st.macs();
+  state.counters["fma_GMACs"] = bench::fma_rate() / 1e9;
+  state.counters["mac_util"] = floor / t_cascade;
+  state.counters["floor_vs_per_seq"] = floor / t_per_seq;
 }
 
 // {heads, S, prefix, own, layers}: the case (16 × (2048 + 64)) for both head shapes, warm
