@@ -101,14 +101,7 @@ struct RowKernel<Arch, F> {
   /// from the stored planes by `vpdpbusd` with a vector of ones). O(cols).
   static void prepare(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
-    a.x = x;
-    a.cols = cols;
-    a.blocks = cols / B;
-    a.hi = reinterpret_cast<std::int8_t*>(scratch);
-    a.lo = a.hi + a.blocks * B;
-    a.corr = reinterpret_cast<std::int32_t*>(a.lo + a.blocks * B);
-    a.corr_lo = kSmallGroups ? a.corr + a.blocks * 16 : nullptr;
-    a.sx = reinterpret_cast<float*>(a.corr + (kSmallGroups ? 2 : 1) * a.blocks * 16);
+    bind(x, cols, a, scratch);
     const float row_step = kRowStep ? max_abs(x, a.blocks * B) / static_cast<float>(kFixedPointMax) : 0.0f;
     const __m512i ones = _mm512_set1_epi8(1);
     const __m512i off = _mm512_set1_epi32(-kOffset);
@@ -169,14 +162,7 @@ struct RowKernel<Arch, F> {
   /// check that both fill the scratch with the same bytes). O(cols).
   static void prepare_scalar(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
-    a.x = x;
-    a.cols = cols;
-    a.blocks = cols / B;
-    a.hi = reinterpret_cast<std::int8_t*>(scratch);
-    a.lo = a.hi + a.blocks * B;
-    a.corr = reinterpret_cast<std::int32_t*>(a.lo + a.blocks * B);
-    a.corr_lo = kSmallGroups ? a.corr + a.blocks * 16 : nullptr;
-    a.sx = reinterpret_cast<float*>(a.corr + (kSmallGroups ? 2 : 1) * a.blocks * 16);
+    bind(x, cols, a, scratch);
     if constexpr (kRowStep) {
       const float step = fixed_point_step(x, a.blocks * B);
       std::int64_t sum = 0;
@@ -438,6 +424,19 @@ struct RowKernel<Arch, F> {
   }
 
  private:
+  /// Points a's planes, corrections and steps into `scratch` (the layout `activation_bytes` counts).
+  static void bind(const float* x, std::size_t cols, Activation& a, std::byte* scratch) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    a.x = x;
+    a.cols = cols;
+    a.blocks = cols / B;
+    a.hi = reinterpret_cast<std::int8_t*>(scratch);
+    a.lo = a.hi + a.blocks * B;
+    a.corr = reinterpret_cast<std::int32_t*>(a.lo + a.blocks * B);
+    a.corr_lo = kSmallGroups ? a.corr + a.blocks * 16 : nullptr;
+    a.sx = reinterpret_cast<float*>(a.corr + (kSmallGroups ? 2 : 1) * a.blocks * 16);
+  }
+
   /// max |x[i]| over i < n (a multiple of 16): exact, so the same as `fixed_point_step`'s scalar loop.
   static float max_abs(const float* x, std::size_t n) noexcept {
     __m512 m = _mm512_setzero_ps();
