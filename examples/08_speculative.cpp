@@ -124,10 +124,8 @@ double forward_ms(M& m, std::size_t ctx, std::size_t k, int reps) {
 template <class F>
 void with_draft_model(const LlamaWeights<barato::nn::DenseLinear>& w, const std::string& draft, std::size_t capacity, F&& f) {
   const auto choice = parse_draft(draft);
-  barato::quant::visit_scheme(choice.scheme, [&](auto format) {
-    auto m = make_quantized_llama<decltype(format)>(w, capacity);
-    f(m);
-  });
+  auto m = make_quantized_llama(w, choice.scheme, capacity);
+  f(m);
 }
 
 int tutorial_main(int argc, const char* const* argv) {

@@ -22,6 +22,7 @@
 #include "barato/core/error.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/core/parallel.hpp"
+#include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
 #include "barato/nn/linear_layer.hpp"
 #include "models/llama2c.hpp"
@@ -236,6 +237,25 @@ template <barato::nn::LinearLayer A, class F>
                                           make_linear(l.wv), make_linear(l.wo), make_linear(l.w1), make_linear(l.w2),
                                           make_linear(l.w3)});
   LlamaWeights<B> out{w.config, w.token_embedding.copy(), std::move(layers), w.rms_final.copy(), make_linear(w.classifier)};
+  detail::check_weights(out);
+  return out;
+}
+
+/// `w` with every projection and the classifier moved into `nn::AnyLinear` (embedding and gains moved
+/// too; no weight is copied). A tool that picks the format at run time then instantiates its decoder
+/// for `AnyLinear` alone, whatever the format.
+template <barato::nn::LinearLayer A>
+[[nodiscard]] LlamaWeights<barato::nn::AnyLinear> into_any_linear(LlamaWeights<A>&& w) {
+  using barato::nn::AnyLinear;
+  std::vector<LlamaLayerWeights<AnyLinear>> layers;
+  layers.reserve(w.layers.size());
+  for (auto& l : w.layers)
+    layers.push_back(LlamaLayerWeights<AnyLinear>{std::move(l.rms_att), std::move(l.rms_ffn), AnyLinear(std::move(l.wq)),
+                                                  AnyLinear(std::move(l.wk)), AnyLinear(std::move(l.wv)),
+                                                  AnyLinear(std::move(l.wo)), AnyLinear(std::move(l.w1)),
+                                                  AnyLinear(std::move(l.w2)), AnyLinear(std::move(l.w3))});
+  LlamaWeights<AnyLinear> out{w.config, std::move(w.token_embedding), std::move(layers), std::move(w.rms_final),
+                              AnyLinear(std::move(w.classifier))};
   detail::check_weights(out);
   return out;
 }

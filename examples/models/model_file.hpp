@@ -109,8 +109,7 @@ template <class F>
 decltype(auto) with_model_weights(const ModelFile& m, std::string_view weights, std::pmr::memory_resource* mr, F&& f) {
   if (weights == "file" && m.is_gguf()) return f(m.gguf_weights(mr));
   if (weights != "file" && weights != "fp32") (void)weight_scheme(weights);
-  const LlamaWeights<barato::nn::DenseLinear> dense = m.fp32_weights(mr);
-  return with_weight_format(weights == "file" ? std::string_view("fp32") : weights, dense, mr, std::forward<F>(f));
+  return with_weight_format(weights == "file" ? std::string_view("fp32") : weights, m.fp32_weights(mr), mr, std::forward<F>(f));
 }
 
 }  // namespace barato_examples

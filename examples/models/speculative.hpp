@@ -36,6 +36,7 @@
 #include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/llama.hpp"
+#include "models/weight_formats.hpp"
 
 namespace barato_examples {
 
@@ -77,14 +78,15 @@ struct DraftChoice {
   return d;
 }
 
-/// A Llama over `Format`-quantized copies of `dense`'s projections (embedding and norms stay fp32),
-/// owning its weights, with contiguous fp32 caches of `capacity` positions.
-template <barato::quant::Format Format>
-[[nodiscard]] auto make_quantized_llama(const LlamaWeights<barato::nn::DenseLinear>& dense, std::size_t capacity,
-                                        const LlamaOptions& opt = {}) {
-  using Q = barato::quant::Linear<Format>;
-  auto w = std::make_shared<const LlamaWeights<Q>>(
-      convert_weights(dense, [&](const barato::nn::DenseLinear& d) { return Q(d.rows(), d.cols(), d.weights(), opt.mr); }));
+/// A Llama over copies of `dense`'s projections quantized to `scheme` (embedding and norms stay fp32),
+/// owning its weights, with contiguous fp32 caches of `capacity` positions. The projections are held
+/// as `nn::AnyLinear` (one virtual call per matrix product), so every scheme is the same draft-model
+/// type: the speculative driver is instantiated once per target instead of once per scheme.
+[[nodiscard]] inline auto make_quantized_llama(const LlamaWeights<barato::nn::DenseLinear>& dense,
+                                               barato::quant::Scheme scheme, std::size_t capacity,
+                                               const LlamaOptions& opt = {}) {
+  using Q = barato::nn::AnyLinear;
+  auto w = std::make_shared<const LlamaWeights<Q>>(quantize_weights(dense, scheme, opt.mr));
   auto caches = make_contiguous_caches<float>(dense.config, capacity, opt.mr);
   return Llama<barato::kv::Contiguous<float>, Q>(std::move(w), std::move(caches), opt);
 }
@@ -172,10 +174,8 @@ GenerateResult generate_speculative_impl(Target& target, const LlamaWeights<bara
     barato::spec::NgramDrafter drafter(target.vocab_size(), {.max_n = choice.ngram_n, .min_n = 1});
     return run_with_drafter(target, drafter, prompt, opt, gamma, report);
   }
-  return barato::quant::visit_scheme(choice.scheme, [&](auto format) {
-    auto draft = make_quantized_llama<decltype(format)>(*dense, target.capacity(), {.threads = threads});
-    return run_with_model(target, draft, prompt, opt, gamma, report);
-  });
+  auto draft = make_quantized_llama(*dense, choice.scheme, target.capacity(), {.threads = threads});
+  return run_with_model(target, draft, prompt, opt, gamma, report);
 }
 
 }  // namespace detail
