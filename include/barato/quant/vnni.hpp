@@ -249,7 +249,8 @@ struct RowKernel<Arch, F> {
   /// are fp32. out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result
   /// is the same for every R and N.
   template <std::size_t R, std::size_t N>
-  static void dot_rows(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+  [[gnu::always_inline]] static void dot_rows(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                              float* out) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
     constexpr std::size_t A = R == 1 ? 2 : 1;    // accumulators per plane
     constexpr std::size_t NP = (N + 3) / 4 * 4;  // vectors padded to the transposing tree's 4
@@ -318,9 +319,11 @@ struct RowKernel<Arch, F> {
     dot_rows<2, N>(v, r, a, out);
   }
 
-  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
+  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols). Always inlined (with what it
+  /// calls): quant/gemv.hpp calls it row after row in one loop for a single vector.
   template <std::size_t N>
-  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+  [[gnu::always_inline]] static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                           float* out) noexcept {
     if constexpr (kRowStep) dot_rows<1, N>(v, r, a, out);
     else dot_n_blocks<N>(v, r, a, out);
   }
@@ -328,7 +331,8 @@ struct RowKernel<Arch, F> {
   /// `dot_n` for formats with scale groups: per block (or half block), the exact int32 lane sums
   /// scaled by the block's step (and group scale) into fp32 accumulators.
   template <std::size_t N>
-  static void dot_n_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+  [[gnu::always_inline]] static void dot_n_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                  float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
     constexpr std::size_t kBlocksPerGroup = G::kGroup / B;  // 0 for per-row / per-tensor

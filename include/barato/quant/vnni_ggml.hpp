@@ -107,9 +107,11 @@ struct RowKernel<Arch, F> {
       a.step[b] = ggml_q8_block(x + c, cols - c < kGgmlBlock ? cols - c : kGgmlBlock, a.q + c);
   }
 
-  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
+  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols). Always inlined: quant/gemv.hpp
+  /// calls it row after row in one loop for a single vector, which then sets up its constants once.
   template <std::size_t N>
-  static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+  [[gnu::always_inline]] static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                           float* out) noexcept {
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t chunks = a[0].chunks;
