@@ -118,9 +118,13 @@ inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x
   const std::size_t kfull = cols / W * W, rest = cols - kfull;
   for (std::size_t k = 0; k < kfull; k += W) {
     B xv[N];
-    for (std::size_t j = 0; j < N; ++j) xv[j] = B::load_unaligned(x + j * x_stride + k);
+    for (std::size_t j = 0; j < N; ++j) {
+      xv[j] = B::load_unaligned(x + j * x_stride + k);
+      if constexpr (R > 1) simd::pin(xv[j]);  // one load, shared by the R rows' FMAs
+    }
     for (std::size_t r = 0; r < R; ++r) {
-      const B wv = simd::load_as_float<Arch>(w + r * cols + k);
+      B wv = simd::load_as_float<Arch>(w + r * cols + k);
+      if constexpr (N > 1) simd::pin(wv);  // likewise, shared by the N vectors' FMAs
       for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = simd::fma(wv, xv[j], acc[r * N + j]);
     }
   }

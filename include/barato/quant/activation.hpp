@@ -126,7 +126,8 @@ struct Int8Dot<Arch> {
       }
       for (std::size_t j = 0; j < N; ++j)
         for (std::size_t k = 0; k < 2; ++k) {
-          const __m512i x = _mm512_loadu_si512(a[j].q + c + 64 * k);
+          __m512i x = _mm512_loadu_si512(a[j].q + c + 64 * k);
+          if constexpr (R > 1) simd::pin(x);  // one load, shared by the rows (simd::pin says why)
           for (std::size_t i = 0; i < R; ++i) acc[i][j][k] = _mm512_dpbusd_epi32(acc[i][j][k], u[i][k], x);
         }
     }

@@ -269,8 +269,12 @@ struct RowKernel<Arch, F> {
         for (std::size_t i = 0; i < R; ++i) load_block(v, v.row(r + i), b, u[i][0], u[i][1]);
         for (std::size_t j = 0; j < N; ++j) {
           for (std::size_t k = 0; k < 2; ++k) {  // the two 64-column planes
-            const __m512i hi = _mm512_load_si512(a[j].hi + b * B + 64 * k);
-            const __m512i lo = _mm512_load_si512(a[j].lo + b * B + 64 * k);
+            __m512i hi = _mm512_load_si512(a[j].hi + b * B + 64 * k);
+            __m512i lo = _mm512_load_si512(a[j].lo + b * B + 64 * k);
+            if constexpr (R > 1) {  // one load each, shared by the rows (simd::pin says why)
+              simd::pin(hi);
+              simd::pin(lo);
+            }
             for (std::size_t i = 0; i < R; ++i) {
               h[i][j][k % A] = _mm512_dpbusd_epi32(h[i][j][k % A], u[i][k], hi);
               l[i][j][k % A] = _mm512_dpbusd_epi32(l[i][j][k % A], u[i][k], lo);
