@@ -8,9 +8,11 @@
 /// is the memory bandwidth: for large matrices the kernel walks the rows in memory order (one
 /// sequential stream the hardware prefetchers follow), one SIMD accumulator per row; small
 /// (cache-resident) matrices interleave a SIMD-width group of rows so their FMA chains overlap. Row
-/// sums are finished 16 (one SIMD width) at a time by a transpose-add. `apply_batch` (prefill, batched decode) takes the rows in L2-sized blocks: one sequential pass
-/// brings a block in for the first `kVecTile` vectors, then `kRowTile` rows × `kVecTile` vectors
-/// register tiles reuse it for the rest, so each weight is read from memory once for all n vectors.
+/// sums are finished 16 (one SIMD width) at a time by a transpose-add. `apply_batch` (prefill, batched
+/// decode) takes the rows in L2-sized blocks: one pass brings a block in for the first `kVecTile`
+/// vectors (two sequential streams, one per half of the block, with a software prefetch ahead of
+/// each), then `kRowTile` rows × `kVecTile` vectors register tiles reuse it for the rest, so each
+/// weight is read from memory once for all n vectors.
 /// Rows are split between threads with `barato::parallel_for` (contiguous ranges, one stream each).
 ///
 /// Determinism: every output element is accumulated in the same order (lane-wise over the SIMD
@@ -104,12 +106,20 @@ template <class Arch, Element T>
 }
 #endif
 
-/// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, N vectors of x).
+/// How far ahead (bytes) of each weight row the streaming pass of the batched kernel prefetches.
+/// The hardware prefetchers alone ran the two-stream pass of a 896 × 4864 matrix at 22 GB/s, 27 with
+/// this (2026-12-02, Zen 5 host; 512 B too near, 8 KB no better).
+inline constexpr std::size_t kStreamAheadBytes = 2048;
+
+/// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, `w_stride` elements
+/// apart, and N vectors of x, `x_stride` apart).
 /// One accumulator per (r, j): full chunks in k order, then the zero-padded tail chunk, finished by
 /// `reduce_lanes` — the same arithmetic, per output, as `gemv_rows`.
-template <std::size_t R, std::size_t N, class Arch, Element T>
-inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x_stride, float* out,
-                     std::size_t out_stride) noexcept {
+/// With `Ahead` > 0 each row's load also prefetches the line `Ahead` bytes further on, if that is
+/// before `w_end` (the end of the matrix).
+template <std::size_t R, std::size_t N, class Arch, Element T, std::size_t Ahead = 0>
+inline void dot_tile(const T* w, std::size_t w_stride, std::size_t cols, const float* x, std::size_t x_stride,
+                     float* out, std::size_t out_stride, const T* w_end = nullptr) noexcept {
   using B = simd::Batch<float, Arch>;
   constexpr std::size_t W = B::size;
   constexpr std::size_t kAcc = (R * N + W - 1) / W * W;
@@ -123,7 +133,11 @@ inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x
       if constexpr (R > 1) simd::pin(xv[j]);  // one load, shared by the R rows' FMAs
     }
     for (std::size_t r = 0; r < R; ++r) {
-      B wv = simd::load_as_float<Arch>(w + r * cols + k);
+      if constexpr (Ahead > 0) {
+        const T* p = w + r * w_stride + k;
+        if (static_cast<std::size_t>(w_end - p) > Ahead / sizeof(T)) __builtin_prefetch(p + Ahead / sizeof(T), 0, 3);
+      }
+      B wv = simd::load_as_float<Arch>(w + r * w_stride + k);
       if constexpr (N > 1) simd::pin(wv);  // likewise, shared by the N vectors' FMAs
       for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = simd::fma(wv, xv[j], acc[r * N + j]);
     }
@@ -132,7 +146,7 @@ inline void dot_tile(const T* w, std::size_t cols, const float* x, std::size_t x
     B xv[N];
     for (std::size_t j = 0; j < N; ++j) xv[j] = load_tail<Arch>(x + j * x_stride + kfull, rest);
     for (std::size_t r = 0; r < R; ++r) {
-      const B wv = load_tail<Arch>(w + r * cols + kfull, rest);
+      const B wv = load_tail<Arch>(w + r * w_stride + kfull, rest);
       for (std::size_t j = 0; j < N; ++j) acc[r * N + j] = simd::fma(wv, xv[j], acc[r * N + j]);
     }
   }
@@ -280,9 +294,10 @@ class Dense {
   /// Memory order matters more than register tiling here: with row-major weights, visiting one row
   /// after the other is a single sequential stream, which the hardware prefetchers follow at full DRAM
   /// bandwidth, whereas interleaving several short rows (e.g. 4 × 3.5 KB) starts new streams every few
-  /// KB and measured at about half the bandwidth on 896-column matrices. So the GEMV (n = 1) and the
-  /// first `kVecTile` vectors of each row block go row by row; for n > kVecTile the rest of the block,
-  /// now in L2, is computed in kRowTile × kVecTile register tiles.
+  /// KB and measured at about half the bandwidth on 896-column matrices. So the GEMV (n = 1) goes row
+  /// by row, and the first `kVecTile` vectors of each row block take two sequential streams (one per
+  /// half of the block, `first_pass`); for n > kVecTile the rest of the block, now in L2, is computed
+  /// in kRowTile × kVecTile register tiles.
   void rows_range(const float* x, float* y, std::size_t n, std::size_t lo, std::size_t hi) const noexcept {
     constexpr std::size_t R = detail::kRowTile, N = detail::kVecTile;
     const std::size_t c = cols_;
@@ -294,8 +309,8 @@ class Dense {
     for (std::size_t r0 = lo; r0 < hi; r0 += block) {
       const std::size_t r1 = std::min(hi, r0 + block);
       const std::size_t first = std::min(n, N);
-      // sequential pass over the block, two rows at a time (two streams; 2·first independent FMA
-      // chains — one chain per output is latency-bound at n = 2 or 3)
+      // the block's pass from memory: two rows at a time, one from each half of the block (two
+      // sequential streams; 2·first independent FMA chains — one chain per output is latency-bound)
       switch (first) {
         case 2: first_pass<2>(r0, r1, x, y); break;
         case 3: first_pass<3>(r0, r1, x, y); break;
@@ -315,19 +330,28 @@ class Dense {
     }
   }
 
-  /// Vectors [0, K) over rows [r0, r1) in memory order, two rows per tile.
+  /// Vectors [0, K) over rows [r0, r1), two rows per tile: row r0 + i with row r0 + h + i (h = half the
+  /// range), so each of the two weight streams is sequential. Pairing adjacent rows (r, r + 1, then
+  /// r + 2, …) makes both streams skip every other row, which the hardware prefetchers follow badly
+  /// with short rows: 4864 × 896 fp32 streamed at 16 GB/s at n = 4 that way and 28 GB/s split
+  /// (2026-12-02, Zen 5 host), the same speed from cache.
   template <std::size_t K>
   void first_pass(std::size_t r0, std::size_t r1, const float* x, float* y) const noexcept {
-    std::size_t r = r0;
-    for (; r + 2 <= r1; r += 2) tile<2, K>(r, x, 0, y);
-    if (r < r1) tile<1, K>(r, x, 0, y);
+    const std::size_t half = (r1 - r0) / 2;
+    float tmp[2 * K];
+    for (std::size_t i = 0; i < half; ++i) {
+      detail::dot_tile<2, K, Arch, T, detail::kStreamAheadBytes>(w_.data() + (r0 + i) * cols_, half * cols_, cols_, x, cols_,
+                                                                 tmp, K, w_.data() + rows_ * cols_);
+      for (std::size_t b = 0; b < K; ++b) y[b * rows_ + r0 + i] = tmp[b], y[b * rows_ + r0 + half + i] = tmp[K + b];
+    }
+    if (r0 + 2 * half < r1) tile<1, K>(r1 - 1, x, 0, y);
   }
 
   /// Rows [r, r + R) × vectors [j, j + N) (x points at vector j) into y [n, rows].
   template <std::size_t R, std::size_t N>
   void tile(std::size_t r, const float* x, std::size_t j, float* y) const noexcept {
     float tmp[R * N];  // [R, N]
-    detail::dot_tile<R, N, Arch>(w_.data() + r * cols_, cols_, x, cols_, tmp, N);
+    detail::dot_tile<R, N, Arch>(w_.data() + r * cols_, cols_, cols_, x, cols_, tmp, N);
     for (std::size_t a = 0; a < R; ++a)
       for (std::size_t b = 0; b < N; ++b) y[(j + b) * rows_ + r + a] = tmp[a * N + b];
   }
