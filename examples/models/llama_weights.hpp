@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -224,40 +225,42 @@ inline void fill_uniform(std::span<float> x, float a, std::uint64_t seed, int th
   return LlamaWeights<DenseLinear>{c, std::move(emb), std::move(layers), ones(c.dim), std::move(cls)};
 }
 
-/// Converts every projection with `make_linear(const A&)` (e.g. quantize, wrap in `nn::AnyLinear`);
-/// embedding and norm gains are copied. The result's format is whatever `make_linear` returns.
-template <barato::nn::LinearLayer A, class F>
-  requires barato::nn::LinearLayer<std::remove_cvref_t<std::invoke_result_t<F&, const A&>>>
-[[nodiscard]] auto convert_weights(const LlamaWeights<A>& w, F make_linear) {
-  using B = std::remove_cvref_t<std::invoke_result_t<F&, const A&>>;
+/// Converts every projection with `make_linear` (e.g. quantize, wrap in `nn::AnyLinear`). From an
+/// lvalue `w`, make_linear gets `const A&` and the embedding and norm gains are copied; from an
+/// rvalue it gets `A&&` and everything is moved (no weight is copied). The result's format is
+/// whatever `make_linear` returns.
+template <class W, class F>
+  requires std::same_as<std::remove_cvref_t<W>, LlamaWeights<typename std::remove_cvref_t<W>::linear_type>>
+[[nodiscard]] auto convert_weights(W&& w, F make_linear) {
+  constexpr bool kMove = !std::is_lvalue_reference_v<W>;
+  // a projection as make_linear takes it, a gain or the embedding as the result holds it
+  auto proj = [](auto& p) -> decltype(auto) {
+    if constexpr (kMove) return std::move(p);
+    else return std::as_const(p);
+  };
+  auto take = [](auto& b) {
+    if constexpr (kMove) return std::move(b);
+    else return b.copy();
+  };
+  using B = std::remove_cvref_t<decltype(make_linear(proj(w.classifier)))>;
+  static_assert(barato::nn::LinearLayer<B>, "convert_weights: make_linear must return a LinearLayer");
   std::vector<LlamaLayerWeights<B>> layers;
   layers.reserve(w.layers.size());
-  for (const auto& l : w.layers)
-    layers.push_back(LlamaLayerWeights<B>{l.rms_att.copy(), l.rms_ffn.copy(), make_linear(l.wq), make_linear(l.wk),
-                                          make_linear(l.wv), make_linear(l.wo), make_linear(l.w1), make_linear(l.w2),
-                                          make_linear(l.w3)});
-  LlamaWeights<B> out{w.config, w.token_embedding.copy(), std::move(layers), w.rms_final.copy(), make_linear(w.classifier)};
+  for (auto& l : w.layers)
+    layers.push_back(LlamaLayerWeights<B>{take(l.rms_att), take(l.rms_ffn), make_linear(proj(l.wq)),
+                                          make_linear(proj(l.wk)), make_linear(proj(l.wv)), make_linear(proj(l.wo)),
+                                          make_linear(proj(l.w1)), make_linear(proj(l.w2)), make_linear(proj(l.w3))});
+  LlamaWeights<B> out{w.config, take(w.token_embedding), std::move(layers), take(w.rms_final),
+                      make_linear(proj(w.classifier))};
   detail::check_weights(out);
   return out;
 }
 
-/// `w` with every projection and the classifier moved into `nn::AnyLinear` (embedding and gains moved
-/// too; no weight is copied). A tool that picks the format at run time then instantiates its decoder
-/// for `AnyLinear` alone, whatever the format.
+/// `w` with every projection and the classifier moved into `nn::AnyLinear` (no weight is copied). A
+/// tool that picks the format at run time then instantiates its decoder for `AnyLinear` alone.
 template <barato::nn::LinearLayer A>
 [[nodiscard]] LlamaWeights<barato::nn::AnyLinear> into_any_linear(LlamaWeights<A>&& w) {
-  using barato::nn::AnyLinear;
-  std::vector<LlamaLayerWeights<AnyLinear>> layers;
-  layers.reserve(w.layers.size());
-  for (auto& l : w.layers)
-    layers.push_back(LlamaLayerWeights<AnyLinear>{std::move(l.rms_att), std::move(l.rms_ffn), AnyLinear(std::move(l.wq)),
-                                                  AnyLinear(std::move(l.wk)), AnyLinear(std::move(l.wv)),
-                                                  AnyLinear(std::move(l.wo)), AnyLinear(std::move(l.w1)),
-                                                  AnyLinear(std::move(l.w2)), AnyLinear(std::move(l.w3))});
-  LlamaWeights<AnyLinear> out{w.config, std::move(w.token_embedding), std::move(layers), std::move(w.rms_final),
-                              AnyLinear(std::move(w.classifier))};
-  detail::check_weights(out);
-  return out;
+  return convert_weights(std::move(w), [](A&& a) { return barato::nn::AnyLinear(std::move(a)); });
 }
 
 }  // namespace barato_examples

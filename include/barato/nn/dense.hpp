@@ -107,8 +107,8 @@ template <class Arch, Element T>
 #endif
 
 /// How far ahead (bytes) of each weight row the streaming pass of the batched kernel prefetches.
-/// The hardware prefetchers alone ran the two-stream pass of a 896 × 4864 matrix at 22 GB/s, 27 with
-/// this (2026-12-02, Zen 5 host; 512 B too near, 8 KB no better).
+/// The hardware prefetchers alone ran the two-stream pass of a 896 × 4864 fp32 matrix (n = 4) at
+/// 16–18 GB/s, 21 with this (2026-12-02, Zen 5 host; 512 B too near, 8 KB no better).
 inline constexpr std::size_t kStreamAheadBytes = 2048;
 
 /// out[r * out_stride + j] = Σ_k w[r][k] · x[j][k] for r < R, j < N (R rows of W, `w_stride` elements
@@ -333,8 +333,8 @@ class Dense {
   /// Vectors [0, K) over rows [r0, r1), two rows per tile: row r0 + i with row r0 + h + i (h = half the
   /// range), so each of the two weight streams is sequential. Pairing adjacent rows (r, r + 1, then
   /// r + 2, …) makes both streams skip every other row, which the hardware prefetchers follow badly
-  /// with short rows: 4864 × 896 fp32 streamed at 16 GB/s at n = 4 that way and 28 GB/s split
-  /// (2026-12-02, Zen 5 host), the same speed from cache.
+  /// with short rows: 4864 × 896 fp32 streamed at 16 GB/s at n = 4 that way, 23 GB/s split and 31–35
+  /// with `kStreamAheadBytes` added (2026-12-02, Zen 5 host); from cache the two are equally fast.
   template <std::size_t K>
   void first_pass(std::size_t r0, std::size_t r1, const float* x, float* y) const noexcept {
     const std::size_t half = (r1 - r0) / 2;

@@ -100,12 +100,11 @@ template <class T, class Arch>
   return xsimd::fma(x, y, z);
 }
 
-/// Keeps `b` in a vector register from here on: an empty asm statement that claims to modify it, so
-/// the compiler cannot rematerialise its later uses as memory operands. GCC 12 folds a loaded
-/// vector that several FMAs share back into each FMA (one load per use: in the fp32 4 × 4 tile, 20
-/// loads for 16 FMAs, which bound the tile by the load ports on Zen 5); pinned, it is loaded once.
-/// No effect on the value.
-/// `pin` for a raw register type (`__m512`, `__m512i`, …) of the intrinsics kernels.
+/// Keeps the vector `v` (a raw register type of the intrinsics kernels: `__m512`, `__m512i`, …) in a
+/// register from here on: an empty asm statement that claims to modify it, so the compiler cannot
+/// rematerialise its later uses as memory operands. GCC 12 folds a loaded vector that several FMAs
+/// share back into each FMA (one load per use: in the fp32 4 × 4 tile, 20 loads for 16 FMAs, which
+/// bound the tile by the load ports on Zen 5); pinned, it is loaded once. No effect on the value.
 template <class V>
   requires std::is_trivially_copyable_v<V>
 inline void pin(V& v) noexcept {
@@ -115,6 +114,7 @@ inline void pin(V& v) noexcept {
   (void)v;
 #endif
 }
+/// `pin` for an xsimd batch (its register).
 template <class T, class Arch>
 inline void pin(Batch<T, Arch>& b) noexcept {
   pin(b.data);
