@@ -244,7 +244,9 @@ struct RowKernel<Arch, F> {
   /// takes one `vpdpbusd` per block), for two rows one, so the registers hold 2·R·N·(3 − R) of them —
   /// combined per segment of kRowSegmentBlocks blocks into the lanes' exact Σ u·x16 = 256·Σ u·hi +
   /// Σ u·lo (int32 wrap-around is harmless: the segment's true lane sums fit), widened to int64 and
-  /// added across the lanes of four vectors at a time at the end. The exact Σ q·x16 = Σ u·x16 −
+  /// totalled across the lanes, four vectors at a time, into scalar int64 sums per (row, vector).
+  /// (Kept as int64 vectors across the segments, those R·N vectors pushed the block loop past the 32
+  /// vector registers: with GCC 12 it spilled accumulators every block.) The exact Σ q·x16 = Σ u·x16 −
   /// offset·Σ x16 is scaled once (in double) by the vector's step and the row's scale; the tail columns
   /// are fp32. out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result
   /// is the same for every R and N.
@@ -255,9 +257,7 @@ struct RowKernel<Arch, F> {
     constexpr std::size_t A = R == 1 ? 2 : 1;    // accumulators per plane
     constexpr std::size_t NP = (N + 3) / 4 * 4;  // vectors padded to the transposing tree's 4
     const std::size_t blocks = a[0].blocks;
-    __m512i wide[R][NP];
-    for (std::size_t i = 0; i < R; ++i)
-      for (std::size_t j = 0; j < NP; ++j) wide[i][j] = _mm512_setzero_si512();
+    std::int64_t exact[R][NP] = {};  // totals of the segments so far (scalars: see above)
     for (std::size_t b0 = 0; b0 < blocks; b0 += kRowSegmentBlocks) {
       const std::size_t b1 = b0 + kRowSegmentBlocks < blocks ? b0 + kRowSegmentBlocks : blocks;
       __m512i h[R][N][A], l[R][N][A];
@@ -276,31 +276,37 @@ struct RowKernel<Arch, F> {
               simd::pin(lo);
             }
             for (std::size_t i = 0; i < R; ++i) {
-              h[i][j][k % A] = _mm512_dpbusd_epi32(h[i][j][k % A], u[i][k], hi);
-              l[i][j][k % A] = _mm512_dpbusd_epi32(l[i][j][k % A], u[i][k], lo);
+              simd::dpbusd(h[i][j][k % A], u[i][k], hi);
+              simd::dpbusd(l[i][j][k % A], u[i][k], lo);
             }
           }
         }
       }
-      for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t i = 0; i < R; ++i) {
+        __m512i wide[NP];
+        for (std::size_t j = 0; j < NP; ++j) wide[j] = _mm512_setzero_si512();
         for (std::size_t j = 0; j < N; ++j) {
           __m512i hs = h[i][j][0], ls = l[i][j][0];
           if constexpr (A == 2) {
             hs = _mm512_add_epi32(hs, h[i][j][1]);
             ls = _mm512_add_epi32(ls, l[i][j][1]);
           }
-          wide[i][j] = _mm512_add_epi64(wide[i][j], widen_pairs(_mm512_add_epi32(_mm512_slli_epi32(hs, 8), ls)));
+          wide[j] = widen_pairs(_mm512_add_epi32(_mm512_slli_epi32(hs, 8), ls));
         }
+        for (std::size_t j = 0; j < NP; j += 4) {
+          std::int64_t part[4];
+          lane_totals4(wide[j], wide[j + 1], wide[j + 2], wide[j + 3], part);
+          for (std::size_t q = 0; q < 4; ++q) exact[i][j + q] += part[q];
+        }
+      }
     }
     const std::size_t tail = blocks * B;
     for (std::size_t i = 0; i < R; ++i) {
       const std::uint8_t* row = v.row(r + i);
       const float s = static_cast<float>(v.row_scales(r + i)[0]);
-      std::int64_t exact[NP];
-      for (std::size_t j = 0; j < NP; j += 4) lane_totals4(wide[i][j], wide[i][j + 1], wide[i][j + 2], wide[i][j + 3], exact + j);
       for (std::size_t j = 0; j < N; ++j) {
         const double step = blocks > 0 ? static_cast<double>(a[j].sx[0]) : 0.0;
-        float total = static_cast<float>(static_cast<double>(exact[j] + a[j].corr_row) * step * static_cast<double>(s));
+        float total = static_cast<float>(static_cast<double>(exact[i][j] + a[j].corr_row) * step * static_cast<double>(s));
         if (tail < v.cols) {
           if constexpr (F::kCodeBits == 8) {
             total += s * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), tail, v.cols, a[j].x);

@@ -120,6 +120,22 @@ inline void pin(Batch<T, Arch>& b) noexcept {
   pin(b.data);
 }
 
+#if defined(__AVX512VNNI__)
+/// acc += the four products u·s of each int32 lane (`vpdpbusd`: unsigned bytes u times signed bytes
+/// s). GCC 12 gives the intrinsic's result a register other than its accumulator's and copies
+/// between them around the instruction; in the register-blocked VNNI kernels (16 accumulators) that
+/// doubled the vector registers the block loop needed, and accumulators went to the stack and back
+/// every block. The asm statement names one register for both. The same instruction, so the same
+/// result; other compilers take the intrinsic.
+[[gnu::always_inline]] inline void dpbusd(__m512i& acc, __m512i u, __m512i s) noexcept {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "vm"(s));
+#else
+  acc = _mm512_dpbusd_epi32(acc, u, s);
+#endif
+}
+#endif
+
 #if defined(__AVX512F__)
 namespace detail {
 /// Last stage of the AVX-512 transpose-add: 128-bit chunk k of t[m] holds 4 partial sums of row
