@@ -351,9 +351,9 @@ struct RowKernel<Arch, F> {
     const std::size_t blocks = a[0].blocks;
     __m512 acc0[N], acc1[N];
     for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
-    float s = static_cast<float>(sc[0]);
-    for (std::size_t b = 0; b < blocks; ++b) {
-      if constexpr (kSmallGroups) {  // two 64-column halves, each with its own scale lanes
+    [[maybe_unused]] const float s = static_cast<float>(sc[0]);  // the row's one scale (kBlocksPerGroup == 0)
+    if constexpr (kSmallGroups) {
+      for (std::size_t b = 0; b < blocks; ++b) {  // two 64-column halves, each with its own scale lanes
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
         for (std::size_t half = 0; half < 2; ++half) {
           const std::size_t c0 = b * B + 64 * half;
@@ -385,26 +385,49 @@ struct RowKernel<Arch, F> {
             else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0[j]);
           }
         }
-        continue;
       }
-      if constexpr (kBlocksPerGroup != 0) {
-        if (b % kBlocksPerGroup == 0) s = static_cast<float>(sc[b / kBlocksPerGroup]);
-      }
-      __m512i u0, u1;  // the block's 128 weights as unsigned bytes, loaded once for all N vectors
-      load_block(v, row, b, u0, u1);
-      for (std::size_t j = 0; j < N; ++j) {
-        const std::int8_t* hi = a[j].hi + b * B;
-        const std::int8_t* lo = a[j].lo + b * B;
-        __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(hi));
-        dh = _mm512_dpbusd_epi32(dh, u1, _mm512_load_si512(hi + 64));
-        __m512i dl = _mm512_dpbusd_epi32(_mm512_load_si512(a[j].corr + b * 16), u0, _mm512_load_si512(lo));
-        dl = _mm512_dpbusd_epi32(dl, u1, _mm512_load_si512(lo + 64));
-        // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add by
-        // step (one scale per row: applied once at the end) or by scale · step
-        const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-        const __m512 sk = _mm512_set1_ps(kBlocksPerGroup == 0 ? a[j].sx[b] : s * a[j].sx[b]);
-        if (b & 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc1[j]);
-        else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sk, acc0[j]);
+    } else {
+      // Blocks in spans of 16: first each block's multiplier for every vector, 16 at a time (the
+      // block's weight scale · the vector's step: the same fp32 product the scalar code formed per
+      // block and vector), then per block one broadcast of it from memory per vector.
+      constexpr std::size_t kSpan = 16;
+      alignas(64) float mult[N][kSpan];
+      const auto block = [&](std::size_t b, std::size_t i, __m512* acc) [[gnu::always_inline]] {
+        __m512i u0, u1;  // the block's 128 weights as unsigned bytes, loaded once for all N vectors
+        load_block(v, row, b, u0, u1);
+        for (std::size_t j = 0; j < N; ++j) {
+          const std::int8_t* hi = a[j].hi + b * B;
+          const std::int8_t* lo = a[j].lo + b * B;
+          __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(hi));
+          dh = _mm512_dpbusd_epi32(dh, u1, _mm512_load_si512(hi + 64));
+          __m512i dl = _mm512_dpbusd_epi32(_mm512_load_si512(a[j].corr + b * 16), u0, _mm512_load_si512(lo));
+          dl = _mm512_dpbusd_epi32(dl, u1, _mm512_load_si512(lo + 64));
+          // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add by
+          // step (one scale per row: applied once at the end) or by scale · step
+          const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), _mm512_set1_ps(mult[j][i]), acc[j]);
+        }
+      };
+      for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
+        const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
+        const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
+        __m512 sw;  // lane i: the weight scale of block b0 + i (1 when the row's one scale comes at the end)
+        if constexpr (kBlocksPerGroup == 0) {
+          sw = _mm512_set1_ps(1.0f);
+        } else if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
+          sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc + b0));  // exact, 16 at once
+        } else {
+          alignas(64) float t[kSpan] = {};
+          for (std::size_t i = 0; i < nb; ++i) t[i] = static_cast<float>(sc[(b0 + i) / kBlocksPerGroup]);
+          sw = _mm512_load_ps(t);
+        }
+        for (std::size_t j = 0; j < N; ++j) _mm512_store_ps(mult[j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(m, a[j].sx + b0)));
+        std::size_t i = 0;  // b0 is even, so block b0 + i goes to acc0 when i is even, as before
+        for (; i + 2 <= nb; i += 2) {
+          block(b0 + i, i, acc0);
+          block(b0 + i + 1, i + 1, acc1);
+        }
+        if (i < nb) block(b0 + i, i, acc0);
       }
     }
     const std::size_t tail = blocks * B;  // the rest of the row (one scale unless the groups are small)
