@@ -13,8 +13,9 @@
 /// `kRowTileBytes` of codes (they stay in L1) and, for each tile, every group of `kVecTile` vectors:
 /// the register-blocked micro-kernel `dot_n<kVecTile>` loads (and decodes) each weight of a row once
 /// and multiplies it into the 4 vectors (`vpdpbusd` / `vpdpwssd` / fp32 FMAs on the same weight
-/// registers; kernels with `dot2_n` — the `kRowStep` VNNI kernel — take two rows per call for full
-/// groups, so each activation load feeds both). So a weight leaves memory once per call and is
+/// registers; kernels with `dot2_n` — the 15-bit VNNI kernel for every format but int8 in groups of
+/// 32 / 64 — take two rows per call for full groups, so each activation load feeds both). So a weight
+/// leaves memory once per call and is
 /// decoded ⌈n / 4⌉ times from L1. For
 /// n > `kVecBlock` (prefill) the rows are taken in `kRowBlockBytes` blocks that stay in L2 while the
 /// vectors pass over them in blocks of kVecBlock (whose prepared activations stay in L2 too).
@@ -29,8 +30,9 @@
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
-/// sequence as `dot_n<1>` (only weight loads and decodes are shared; `dot2_n` and the `kRowStep`
-/// `dot_n` compute exact integer sums, scaled once, so grouping cannot change them); a vector is prepared by the same
+/// sequence as `dot_n<1>` (only weight and activation loads and decodes are shared; `dot2_n` gives
+/// each (row, vector) the operations of `dot_n<1>`, and the `kRowStep` kernels' exact integer sums are
+/// scaled once, so grouping cannot change them); a vector is prepared by the same
 /// `prepare` whatever n is. So row t of a batched product equals the single-vector product of x_t bit
 /// for bit, for every n, every position t, and any thread count (threads only split rows). `gemv` *is*
 /// `gemv_batch` with n = 1.

@@ -32,7 +32,9 @@
 ///
 /// `dot_n<N>` loads each 64-byte chunk of weights once and runs the `vpdpbusd` pairs of all N
 /// vectors on it (N·4 VNNI instructions per 128 columns on the same weight registers); each vector
-/// keeps its own accumulators, so a vector's result is the same for every N.
+/// keeps its own accumulators, so a vector's result is the same for every N. `dot2_n<N>` (all formats
+/// but int8 in groups of 32 / 64) does two rows, loading each vector's planes once for both, with
+/// every (row, vector) computed as by `dot_n<1>`.
 
 #include <cmath>
 #include <cstddef>
@@ -321,12 +323,14 @@ struct RowKernel<Arch, F> {
     }
   }
 
-  /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (`kRowStep` formats only; the
-  /// same results as two `dot_n` calls, with each vector's activation loads shared by both rows).
+  /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (every format but int8 in groups
+  /// of 32 / 64; the same results as two `dot_n` calls, with each vector's activation loads shared by
+  /// both rows).
   template <std::size_t N>
-    requires(kRowStep)
+    requires(kRowStep || !kSmallGroups)
   static void dot2_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
-    dot_rows<2, N>(v, r, a, out);
+    if constexpr (kRowStep) dot_rows<2, N>(v, r, a, out);
+    else dot_rows_blocks<2, N>(v, r, a, out);
   }
 
   /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols). Always inlined (with what it
@@ -335,24 +339,116 @@ struct RowKernel<Arch, F> {
   [[gnu::always_inline]] static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                            float* out) noexcept {
     if constexpr (kRowStep) dot_rows<1, N>(v, r, a, out);
-    else dot_n_blocks<N>(v, r, a, out);
+    else if constexpr (kSmallGroups) dot_n_small_groups<N>(v, r, a, out);
+    else dot_rows_blocks<1, N>(v, r, a, out);
   }
 
-  /// `dot_n` for formats with scale groups: per block (or half block), the exact int32 lane sums
-  /// scaled by the block's step (and group scale) into fp32 accumulators.
-  template <std::size_t N>
-  [[gnu::always_inline]] static void dot_n_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
-                                                  float* out) noexcept {
+  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more: per block,
+  /// row and vector the exact int32 lane sums, converted and multiplied by the block's multiplier
+  /// (weight scale · the vector's step, formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16
+  /// scales, one multiply per row and vector) into fp32 accumulators, even blocks into acc0 and odd
+  /// ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
+  /// planes once for the R rows; every (row, vector) gets the same operations in the same order for
+  /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j].
+  template <std::size_t R, std::size_t N>
+  [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                     float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
     constexpr std::size_t kBlocksPerGroup = G::kGroup / B;  // 0 for per-row / per-tensor
+    constexpr std::size_t kSpan = 16;
+    const std::size_t blocks = a[0].blocks;
+    const std::uint8_t* rows[R];
+    const typename F::scale_type* sc[R];
+    for (std::size_t i = 0; i < R; ++i) {
+      rows[i] = v.row(r + i);
+      sc[i] = v.row_scales(r + i);
+    }
+    __m512 acc0[R][N], acc1[R][N];
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < N; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
+    alignas(64) float mult[R][N][kSpan];  // [row][vector][block in the span]
+    const auto block = [&](std::size_t b, std::size_t k, __m512 (*acc)[N]) [[gnu::always_inline]] {
+      __m512i u[R][2];  // each row's 128 weights of the block as unsigned bytes, loaded once for all N vectors
+      for (std::size_t i = 0; i < R; ++i) load_block(v, rows[i], b, u[i][0], u[i][1]);
+      for (std::size_t j = 0; j < N; ++j) {
+        __m512i hi0 = _mm512_load_si512(a[j].hi + b * B), hi1 = _mm512_load_si512(a[j].hi + b * B + 64);
+        __m512i lo0 = _mm512_load_si512(a[j].lo + b * B), lo1 = _mm512_load_si512(a[j].lo + b * B + 64);
+        __m512i corr = _mm512_load_si512(a[j].corr + b * 16);
+        if constexpr (R > 1) {  // one load each, shared by the rows (simd::pin says why)
+          simd::pin(hi0);
+          simd::pin(hi1);
+          simd::pin(lo0);
+          simd::pin(lo1);
+          simd::pin(corr);
+        }
+        for (std::size_t i = 0; i < R; ++i) {
+          __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[i][0], hi0);
+          dh = _mm512_dpbusd_epi32(dh, u[i][1], hi1);
+          __m512i dl = _mm512_dpbusd_epi32(corr, u[i][0], lo0);
+          dl = _mm512_dpbusd_epi32(dl, u[i][1], lo1);
+          // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add
+          const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), _mm512_set1_ps(mult[i][j][k]), acc[i][j]);
+        }
+      }
+    };
+    for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
+      const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
+      const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
+      for (std::size_t i = 0; i < R; ++i) {
+        __m512 sw;  // lane k: the weight scale of block b0 + k (1 when the row's one scale comes at the end)
+        if constexpr (kBlocksPerGroup == 0) {
+          sw = _mm512_set1_ps(1.0f);
+        } else if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
+          sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc[i] + b0));  // exact, 16 at once
+        } else {
+          alignas(64) float t[kSpan] = {};
+          for (std::size_t k = 0; k < nb; ++k) t[k] = static_cast<float>(sc[i][(b0 + k) / kBlocksPerGroup]);
+          sw = _mm512_load_ps(t);
+        }
+        for (std::size_t j = 0; j < N; ++j)
+          _mm512_store_ps(mult[i][j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(m, a[j].sx + b0)));
+      }
+      std::size_t k = 0;  // b0 is even, so block b0 + k goes to acc0 when k is even
+      for (; k + 2 <= nb; k += 2) {
+        block(b0 + k, k, acc0);
+        block(b0 + k + 1, k + 1, acc1);
+      }
+      if (k < nb) block(b0 + k, k, acc0);
+    }
+    const std::size_t tail = blocks * B;  // the rest of the row (one scale)
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i][j], acc1[i][j]));
+        if constexpr (kBlocksPerGroup == 0) total *= static_cast<float>(sc[i][0]);  // the row's (or tensor's) one scale
+        if (tail < v.cols) {
+          if constexpr (F::kCodeBits == 8) {
+            total += v.scale(r + i, tail) * avx512::tail8(reinterpret_cast<const std::int8_t*>(rows[i]), tail, v.cols, a[j].x);
+          } else {
+            alignas(64) float lev[16];
+            for (unsigned q = 0; q < 16; ++q) lev[q] = F::level(static_cast<std::uint8_t>(q));
+            const float s_tail = v.scale(r + i, tail);
+            total += avx512::tail4(rows[i], tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t) { return s_tail; });
+          }
+        }
+        out[i * N + j] = total;
+      }
+  }
+
+  /// `dot_n` for int8 codes in groups of 32 or 64 columns: per half block, the exact int32 lane sums
+  /// scaled by the lanes' group scales times the block's step into fp32 accumulators.
+  template <std::size_t N>
+    requires(kSmallGroups)
+  [[gnu::always_inline]] static void dot_n_small_groups(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                        float* out) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t blocks = a[0].blocks;
     __m512 acc0[N], acc1[N];
     for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
-    [[maybe_unused]] const float s = static_cast<float>(sc[0]);  // the row's one scale (kBlocksPerGroup == 0)
-    if constexpr (kSmallGroups) {
+    {
       for (std::size_t b = 0; b < blocks; ++b) {  // two 64-column halves, each with its own scale lanes
         const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
         for (std::size_t half = 0; half < 2; ++half) {
@@ -386,68 +482,13 @@ struct RowKernel<Arch, F> {
           }
         }
       }
-    } else {
-      // Blocks in spans of 16: first each block's multiplier for every vector, 16 at a time (the
-      // block's weight scale · the vector's step: the same fp32 product the scalar code formed per
-      // block and vector), then per block one broadcast of it from memory per vector.
-      constexpr std::size_t kSpan = 16;
-      alignas(64) float mult[N][kSpan];
-      const auto block = [&](std::size_t b, std::size_t i, __m512* acc) [[gnu::always_inline]] {
-        __m512i u0, u1;  // the block's 128 weights as unsigned bytes, loaded once for all N vectors
-        load_block(v, row, b, u0, u1);
-        for (std::size_t j = 0; j < N; ++j) {
-          const std::int8_t* hi = a[j].hi + b * B;
-          const std::int8_t* lo = a[j].lo + b * B;
-          __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(hi));
-          dh = _mm512_dpbusd_epi32(dh, u1, _mm512_load_si512(hi + 64));
-          __m512i dl = _mm512_dpbusd_epi32(_mm512_load_si512(a[j].corr + b * 16), u0, _mm512_load_si512(lo));
-          dl = _mm512_dpbusd_epi32(dl, u1, _mm512_load_si512(lo + 64));
-          // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add by
-          // step (one scale per row: applied once at the end) or by scale · step
-          const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), _mm512_set1_ps(mult[j][i]), acc[j]);
-        }
-      };
-      for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
-        const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
-        const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
-        __m512 sw;  // lane i: the weight scale of block b0 + i (1 when the row's one scale comes at the end)
-        if constexpr (kBlocksPerGroup == 0) {
-          sw = _mm512_set1_ps(1.0f);
-        } else if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
-          sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc + b0));  // exact, 16 at once
-        } else {
-          alignas(64) float t[kSpan] = {};
-          for (std::size_t i = 0; i < nb; ++i) t[i] = static_cast<float>(sc[(b0 + i) / kBlocksPerGroup]);
-          sw = _mm512_load_ps(t);
-        }
-        for (std::size_t j = 0; j < N; ++j) _mm512_store_ps(mult[j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(m, a[j].sx + b0)));
-        std::size_t i = 0;  // b0 is even, so block b0 + i goes to acc0 when i is even, as before
-        for (; i + 2 <= nb; i += 2) {
-          block(b0 + i, i, acc0);
-          block(b0 + i + 1, i + 1, acc1);
-        }
-        if (i < nb) block(b0 + i, i, acc0);
-      }
     }
-    const std::size_t tail = blocks * B;  // the rest of the row (one scale unless the groups are small)
+    const std::size_t tail = blocks * B;  // the rest of the row, group by group
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      // the row's (or tensor's) one scale
-      if constexpr (!kSmallGroups && kBlocksPerGroup == 0) total *= s;
-      if (tail < v.cols) {
-        if constexpr (F::kCodeBits == 8) {
-          const std::size_t step = kSmallGroups ? kGroup : v.cols;
-          for (std::size_t c = tail; c < v.cols; c += step) {
-            const std::size_t e = c + step < v.cols ? c + step : v.cols;
-            total += v.scale(r, c) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, a[j].x);
-          }
-        } else {
-          alignas(64) float lev[16];
-          for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-          const float s_tail = v.scale(r, tail);
-          total += avx512::tail4(row, tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t) { return s_tail; });
-        }
+      for (std::size_t c = tail; c < v.cols; c += kGroup) {
+        const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
+        total += v.scale(r, c) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, a[j].x);
       }
       out[j] = total;
     }
