@@ -355,7 +355,8 @@ struct RowKernel<Arch, F> {
                                                      float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
-    constexpr std::size_t kBlocksPerGroup = G::kGroup / B;  // 0 for per-row / per-tensor
+    constexpr std::size_t kBlocksPerGroup = G::kGroup / B;
+    static_assert(kBlocksPerGroup >= 1, "per-row and per-tensor scales take dot_rows (kRowStep)");
     constexpr std::size_t kSpan = 16;
     const std::size_t blocks = a[0].blocks;
     const std::uint8_t* rows[R];
@@ -368,7 +369,7 @@ struct RowKernel<Arch, F> {
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
     alignas(64) float mult[R][N][kSpan];  // [row][vector][block in the span]
-    const auto block = [&](std::size_t b, std::size_t k, __m512 (*acc)[N]) [[gnu::always_inline]] {
+    const auto block = [&](std::size_t b, std::size_t k, __m512 (*acc)[N]) {
       __m512i u[R][2];  // each row's 128 weights of the block as unsigned bytes, loaded once for all N vectors
       for (std::size_t i = 0; i < R; ++i) load_block(v, rows[i], b, u[i][0], u[i][1]);
       for (std::size_t j = 0; j < N; ++j) {
@@ -405,10 +406,8 @@ struct RowKernel<Arch, F> {
       const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
       const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
       for (std::size_t i = 0; i < R; ++i) {
-        __m512 sw;  // lane k: the weight scale of block b0 + k (1 when the row's one scale comes at the end)
-        if constexpr (kBlocksPerGroup == 0) {
-          sw = _mm512_set1_ps(1.0f);
-        } else if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
+        __m512 sw;  // lane k: the weight scale of block b0 + k
+        if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
           sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc[i] + b0));  // exact, 16 at once
         } else {
           alignas(64) float t[kSpan] = {};
@@ -429,7 +428,6 @@ struct RowKernel<Arch, F> {
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) {
         float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i][j], acc1[i][j]));
-        if constexpr (kBlocksPerGroup == 0) total *= static_cast<float>(sc[i][0]);  // the row's (or tensor's) one scale
         if (tail < v.cols) {
           if constexpr (F::kCodeBits == 8) {
             total += v.scale(r + i, tail) * avx512::tail8(reinterpret_cast<const std::int8_t*>(rows[i]), tail, v.cols, a[j].x);
@@ -456,38 +454,36 @@ struct RowKernel<Arch, F> {
     const std::size_t blocks = a[0].blocks;
     __m512 acc0[N], acc1[N];
     for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
-    {
-      for (std::size_t b = 0; b < blocks; ++b) {  // two 64-column halves, each with its own scale lanes
-        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-        for (std::size_t half = 0; half < 2; ++half) {
-          const std::size_t c0 = b * B + 64 * half;
-          detail::prefetch_codes(v, row + c0);
-          const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(row + c0), flip);
-          __m512 sw;  // the weight scales of lane i (columns c0 + 4i … c0 + 4i + 3)
-          if constexpr (kGroup == 64) {
-            sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
-          } else if constexpr (std::is_same_v<typename F::scale_type, f16>) {
-            // fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
-            int pair = 0;  // the two fp16 scales' bits
-            std::memcpy(&pair, sc + c0 / 32, sizeof pair);
-            const __m128i h2 = _mm_cvtsi32_si128(pair);
-            sw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                       _mm512_cvtph_ps(_mm256_castsi128_si256(h2)));
-          } else {
-            sw = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(static_cast<float>(sc[c0 / 32])),
-                                      _mm512_set1_ps(static_cast<float>(sc[c0 / 32 + 1])));
-          }
-          for (std::size_t j = 0; j < N; ++j) {
-            const __m512i c_lo = _mm512_load_si512(a[j].corr_lo + b * 16);
-            const __m512i corr = half == 0 ? c_lo : _mm512_sub_epi32(_mm512_load_si512(a[j].corr + b * 16), c_lo);
-            const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].hi + c0));
-            const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(a[j].lo + c0));
-            const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-            const __m512 sv = kGroup == 64 ? _mm512_set1_ps(static_cast<float>(sc[c0 / 64]) * a[j].sx[b])
-                                           : _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]));
-            if (half == 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1[j]);
-            else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0[j]);
-          }
+    for (std::size_t b = 0; b < blocks; ++b) {  // two 64-column halves, each with its own scale lanes
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (std::size_t half = 0; half < 2; ++half) {
+        const std::size_t c0 = b * B + 64 * half;
+        detail::prefetch_codes(v, row + c0);
+        const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(row + c0), flip);
+        __m512 sw;  // the weight scales of lane i (columns c0 + 4i … c0 + 4i + 3)
+        if constexpr (kGroup == 64) {
+          sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
+        } else if constexpr (std::is_same_v<typename F::scale_type, f16>) {
+          // fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
+          int pair = 0;  // the two fp16 scales' bits
+          std::memcpy(&pair, sc + c0 / 32, sizeof pair);
+          const __m128i h2 = _mm_cvtsi32_si128(pair);
+          sw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                     _mm512_cvtph_ps(_mm256_castsi128_si256(h2)));
+        } else {
+          sw = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(static_cast<float>(sc[c0 / 32])),
+                                    _mm512_set1_ps(static_cast<float>(sc[c0 / 32 + 1])));
+        }
+        for (std::size_t j = 0; j < N; ++j) {
+          const __m512i c_lo = _mm512_load_si512(a[j].corr_lo + b * 16);
+          const __m512i corr = half == 0 ? c_lo : _mm512_sub_epi32(_mm512_load_si512(a[j].corr + b * 16), c_lo);
+          const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].hi + c0));
+          const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(a[j].lo + c0));
+          const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+          const __m512 sv = kGroup == 64 ? _mm512_set1_ps(static_cast<float>(sc[c0 / 64]) * a[j].sx[b])
+                                         : _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]));
+          if (half == 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1[j]);
+          else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0[j]);
         }
       }
     }
