@@ -11,7 +11,10 @@
 //  - BM_gemv_cached:  one 512 × 1024 matrix (cache-resident): the kernels' arithmetic throughput.
 //
 // Counters: weight_GBps (weight bytes streamed per second), Gweights_per_s, of_probe (weight_GBps /
-// probe bandwidth on the same thread count), bits_per_weight. JSON: --benchmark_format=json.
+// probe bandwidth on the same thread count), bits_per_weight; BM_decode_0_5B also of_probe_paired
+// (the median over passes of the pass's bandwidth / a 256 MiB probe pass run just before it: robust
+// to the host's bandwidth drifting during the run) and paired_probe_GBps (those probe passes' median).
+// JSON: --benchmark_format=json.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -148,22 +152,38 @@ MatrixSet<L>& matrix_set(const std::string& key, const std::vector<Shape>& layer
   return *static_cast<MatrixSet<L>*>(g_current.get());
 }
 
+/// `paired`: the set streams from DRAM, so each pass also gets a probe pass just before it (untimed)
+/// and `of_probe_paired` reports the median of the adjacent ratios (see bench::PairedProbe).
 template <class L>
-void run_set(benchmark::State& state, const std::string& key, const std::vector<Shape>& layer, std::size_t layers) {
+void run_set(benchmark::State& state, const std::string& key, const std::vector<Shape>& layer, std::size_t layers,
+             bool paired = false) {
   const int threads = static_cast<int>(state.range(0));
   auto& set = matrix_set<L>(key, layer, layers);
   const double probe = probe_bandwidth(threads);
   std::size_t max_dim = 0;
   for (const auto& s : set.shapes) max_dim = std::max({max_dim, s.rows, s.cols});
   std::vector<float> x = random_weights(max_dim, 99), y(max_dim);
+  std::optional<bench::PairedProbe> adjacent;
+  if (paired) adjacent.emplace(threads);
   double seconds = 0, cpu_seconds = 0;
   for (auto _ : state) {
+    if (adjacent) {
+      state.PauseTiming();
+      adjacent->probe();
+      state.ResumeTiming();
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = barato_examples::thread_seconds();
     for (const auto& m : set.mats) m->apply(x.data(), y.data(), threads);
     benchmark::DoNotOptimize(y.data());
     cpu_seconds += barato_examples::thread_seconds() - c0;
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double pass = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += pass;
+    if (adjacent) adjacent->record(double(set.bytes) / pass);
+  }
+  if (adjacent) {
+    state.counters["of_probe_paired"] = adjacent->median();
+    state.counters["paired_probe_GBps"] = adjacent->probe_median() / 1e9;
   }
   const double it = static_cast<double>(state.iterations());
   const double gbps = double(set.bytes) * it / seconds / 1e9;
@@ -180,7 +200,7 @@ void run_set(benchmark::State& state, const std::string& key, const std::vector<
 
 template <class L>
 void BM_decode_0_5B(benchmark::State& state, const char* name) {
-  run_set<L>(state, std::string("0.5B/") + name, kQwen05BLayer, kQwen05BLayers);
+  run_set<L>(state, std::string("0.5B/") + name, kQwen05BLayer, kQwen05BLayers, /*paired=*/true);
 }
 /// 512 × 1024: 0.25–2 MiB, resident in L2/L3 — the kernels' arithmetic speed without DRAM.
 template <class L>

@@ -49,37 +49,91 @@ struct Bandwidth {
   double wall = 0.0, cpu = 0.0;
 };
 
-/// Best-of-`passes` read bandwidth over a fresh `bytes`-sized buffer on `threads` threads (each
-/// thread streams its contiguous share). Measured anew on every call.
-inline Bandwidth measure_dram(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {
-  const int tt = std::max(threads, 1);
-  Buffer<float> buf(bytes / sizeof(float));  // zeroed: every page is touched before timing
-  std::fill(buf.begin(), buf.end(), 1.0f);
-  std::vector<float> partial(static_cast<std::size_t>(tt) * 16, 0.0f);
-  Bandwidth best;
-  for (int p = 0; p < passes; ++p) {
+/// A `bytes`-sized buffer (allocated and written once) that `pass()` streams on `threads` threads,
+/// each thread its contiguous share. One pass is one probe measurement: `measure_dram` takes the best
+/// of several; a benchmark can also alternate passes with its own work (`PairedProbe`).
+class DramProbe {
+ public:
+  explicit DramProbe(int threads, std::size_t bytes = std::size_t{1} << 30)
+      : threads_(threads), tt_(static_cast<std::size_t>(std::max(threads, 1))), buf_(bytes / sizeof(float)),
+        partial_(tt_ * 16, 0.0f) {
+    std::fill(buf_.begin(), buf_.end(), 1.0f);  // every page touched before timing
+  }
+  /// One streaming pass: its read bandwidth per wall-clock second and per CPU second of each thread.
+  Bandwidth pass() {
     const double c0 = process_cpu_seconds();
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(
-        static_cast<std::size_t>(tt), threads,
+        tt_, threads_,
         [&](std::size_t lo, std::size_t hi) {
           for (std::size_t t = lo; t < hi; ++t) {
-            const std::size_t n = buf.size(), nt = static_cast<std::size_t>(tt);
-            const std::size_t b = n * t / nt, e = n * (t + 1) / nt;
-            partial[t * 16] += stream_sum(buf.data() + b, e - b);
+            const std::size_t n = buf_.size();
+            const std::size_t b = n * t / tt_, e = n * (t + 1) / tt_;
+            partial_[t * 16] += stream_sum(buf_.data() + b, e - b);
           }
         },
         1);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double c = (process_cpu_seconds() - c0) / tt;
-    best.wall = std::max(best.wall, static_cast<double>(bytes) / s);
-    if (c > 0) best.cpu = std::max(best.cpu, static_cast<double>(bytes) / c);
+    const double c = (process_cpu_seconds() - c0) / static_cast<double>(tt_);
+    const double bytes = static_cast<double>(buf_.size() * sizeof(float));
+    float check = 0;
+    for (float v : partial_) check += v;
+    if (check < 0) return {};  // keeps the sums observable
+    return {bytes / s, c > 0 ? bytes / c : 0.0};
   }
-  float check = 0;
-  for (float v : partial) check += v;
-  if (check < 0) best = {};  // keeps the sums observable
+
+ private:
+  int threads_;
+  std::size_t tt_;
+  Buffer<float> buf_;
+  std::vector<float> partial_;
+};
+
+/// Best-of-`passes` read bandwidth over a fresh `bytes`-sized buffer on `threads` threads (each
+/// thread streams its contiguous share). Measured anew on every call.
+inline Bandwidth measure_dram(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {
+  DramProbe probe(threads, bytes);
+  Bandwidth best;
+  for (int p = 0; p < passes; ++p) {
+    const Bandwidth b = probe.pass();
+    best.wall = std::max(best.wall, b.wall);
+    best.cpu = std::max(best.cpu, b.cpu);
+  }
   return best;
 }
+
+/// Ratios of a measured pass's bandwidth to a probe pass run just before it, collected over a
+/// benchmark's iterations: on a shared host the DRAM bandwidth a core gets drifts from second to
+/// second (±15–30 % here), and a ratio against a probe measured once, earlier, carries that drift;
+/// adjacent passes see the same conditions. `median()` is the figure to report.
+class PairedProbe {
+ public:
+  /// 256 MiB: 8× this host's last-level cache, one pass ≈ 10 ms.
+  explicit PairedProbe(int threads, std::size_t bytes = std::size_t{1} << 28) : probe_(threads, bytes) {}
+  /// Streams one probe pass; call right before the measured pass.
+  void probe() {
+    last_ = probe_.pass().wall;
+    probes_.push_back(last_);
+  }
+  /// Records the measured pass's bytes per wall-clock second against the last probe pass.
+  void record(double bytes_per_second) {
+    if (last_ > 0) ratios_.push_back(bytes_per_second / last_);
+  }
+  /// Median of the recorded ratios (0 when none).
+  [[nodiscard]] double median() const { return median_of(ratios_); }
+  /// Median bandwidth (bytes/s) of the probe passes.
+  [[nodiscard]] double probe_median() const { return median_of(probes_); }
+
+ private:
+  static double median_of(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  }
+  DramProbe probe_;
+  double last_ = 0.0;
+  std::vector<double> ratios_, probes_;
+};
 
 /// Wall-clock read bandwidth (bytes/s) of `measure_dram`.
 inline double measure_dram_bandwidth(int threads, std::size_t bytes = std::size_t{1} << 30, int passes = 5) {

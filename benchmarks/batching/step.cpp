@@ -9,6 +9,8 @@
 //     x_vs_B1                  throughput ÷ the same format's B = 1 throughput (measured in this run)
 //     vs_bandwidth_bound       (weight_bytes / DRAM probe) ÷ step time: 1.0 is the roofline of a
 //                              memory-bound step (the B = 1 target is ≥ 0.85)
+//     vs_bound_paired          B = 1: the same ratio per step against a 256 MiB probe pass run just
+//                              before it, median over steps (bench::PairedProbe: robust to drift)
 //   BM_prefill_0_5B/<format>   P = 256 prompt tokens as one step (tokens/s; int8-row ≥ 2× fp32 is the target)
 //   BM_step_w8a8, BM_prefill_0_5B_w8a8: the same with W8A8 (int8 activations per token), the
 //                            8-bit-activation reference for the integer rows
@@ -21,6 +23,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -77,19 +80,23 @@ void decode_step(benchmark::State& state, const bx::LlamaWeights<Linear>& w, con
   const double dram = barato::bench::dram_bandwidth(threads);
   model.step(plan, logits);  // warm-up
   batch.rewind();
+  const double wbytes = static_cast<double>(bx::matrix_bytes(w));
+  std::optional<barato::bench::PairedProbe> adjacent;  // B = 1 streams its weights: a probe pass before each step
+  if (B == 1) adjacent.emplace(threads);
   double timed = 0.0;
   std::size_t steps = 0;
   for (auto _ : state) {
+    if (adjacent) adjacent->probe();  // outside the manual timing
     const auto t0 = Clock::now();
     model.step(plan, logits);
     const double el = std::chrono::duration<double>(Clock::now() - t0).count();
     state.SetIterationTime(el);
     timed += el;
     ++steps;
+    if (adjacent) adjacent->record(wbytes / el);
     batch.rewind();
   }
   const double per_step = timed / static_cast<double>(steps);
-  const double wbytes = static_cast<double>(bx::matrix_bytes(w));
   const double tps = static_cast<double>(B) / per_step;
   const std::string key = name + "/" + std::to_string(threads);
   if (B == 1) b1_throughput()[key] = tps;
@@ -98,6 +105,7 @@ void decode_step(benchmark::State& state, const bx::LlamaWeights<Linear>& w, con
   state.counters["weight_bytes"] = wbytes;
   state.counters["dram_GBps"] = dram / 1e9;
   state.counters["vs_bandwidth_bound"] = (wbytes / dram) / per_step;
+  if (adjacent) state.counters["vs_bound_paired"] = adjacent->median();
   if (auto it = b1_throughput().find(key); it != b1_throughput().end()) state.counters["x_vs_B1"] = tps / it->second;
 }
 
