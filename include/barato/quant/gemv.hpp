@@ -15,10 +15,9 @@
 /// and multiplies it into the 4 vectors (`vpdpbusd` / `vpdpwssd` / fp32 FMAs on the same weight
 /// registers; kernels with `dot2_n` — the 15-bit VNNI kernel for every format but int8 in groups of
 /// 32 / 64 — take two rows per call for full groups, so each activation load feeds both). So a weight
-/// leaves memory once per call and is
-/// decoded ⌈n / 4⌉ times from L1. For
-/// n > `kVecBlock` (prefill) the rows are taken in `kRowBlockBytes` blocks that stay in L2 while the
-/// vectors pass over them in blocks of kVecBlock (whose prepared activations stay in L2 too).
+/// leaves memory once per call and is decoded ⌈n / 4⌉ times from L1. For n > `kVecBlock` (prefill)
+/// the rows are taken in `kRowBlockBytes` blocks that stay in L2 while the vectors pass over them in
+/// blocks of kVecBlock (whose prepared activations stay in L2 too).
 ///
 /// Cost: n = 1 streams the weights (≈ 0.8–0.86 of the DRAM probe for int8-row on one core); for n ≥ 4
 /// the integer kernels are bound by their arithmetic, not by memory: 15-bit activations take two

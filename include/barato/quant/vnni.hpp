@@ -222,6 +222,23 @@ struct RowKernel<Arch, F> {
     }
   }
 
+  /// total + row r's columns [c, e) (codes `row`, all in the scale group of column c) · x in fp32: the
+  /// columns past the last full 128-block, which the kernels leave to the fp32 tail routines. The int8
+  /// scale goes in by an explicit fused multiply-add: every caller got one before from GCC's default
+  /// contraction (-ffp-contract=fast) of total + s · t; written out, the result no longer rests on the
+  /// compiler's choice at each inlined call site, and equals the earlier code's bit for bit.
+  static float add_tail(float total, const QuantizedView<F>& v, std::size_t r, const std::uint8_t* row, std::size_t c,
+                        std::size_t e, const float* x) noexcept {
+    const float s = v.scale(r, c);
+    if constexpr (F::kCodeBits == 8) {
+      return std::fma(s, avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, x), total);
+    } else {
+      alignas(64) float lev[16];
+      for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+      return total + avx512::tail4(row, c, e, x, _mm512_load_ps(lev), [&](std::size_t) { return s; });
+    }
+  }
+
   /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
   static __m512i widen_pairs(__m512i v) noexcept {
     return _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
@@ -309,15 +326,7 @@ struct RowKernel<Arch, F> {
       for (std::size_t j = 0; j < N; ++j) {
         const double step = blocks > 0 ? static_cast<double>(a[j].sx[0]) : 0.0;
         float total = static_cast<float>(static_cast<double>(exact[i][j] + a[j].corr_row) * step * static_cast<double>(s));
-        if (tail < v.cols) {
-          if constexpr (F::kCodeBits == 8) {
-            total += s * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), tail, v.cols, a[j].x);
-          } else {
-            alignas(64) float lev[16];
-            for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-            total += avx512::tail4(row, tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t) { return s; });
-          }
-        }
+        if (tail < v.cols) total = add_tail(total, v, r + i, row, tail, v.cols, a[j].x);
         out[i * N + j] = total;
       }
     }
@@ -428,16 +437,7 @@ struct RowKernel<Arch, F> {
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) {
         float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i][j], acc1[i][j]));
-        if (tail < v.cols) {
-          if constexpr (F::kCodeBits == 8) {
-            total += v.scale(r + i, tail) * avx512::tail8(reinterpret_cast<const std::int8_t*>(rows[i]), tail, v.cols, a[j].x);
-          } else {
-            alignas(64) float lev[16];
-            for (unsigned q = 0; q < 16; ++q) lev[q] = F::level(static_cast<std::uint8_t>(q));
-            const float s_tail = v.scale(r + i, tail);
-            total += avx512::tail4(rows[i], tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t) { return s_tail; });
-          }
-        }
+        if (tail < v.cols) total = add_tail(total, v, r + i, rows[i], tail, v.cols, a[j].x);
         out[i * N + j] = total;
       }
   }
@@ -492,7 +492,7 @@ struct RowKernel<Arch, F> {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
       for (std::size_t c = tail; c < v.cols; c += kGroup) {
         const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
-        total += v.scale(r, c) * avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, a[j].x);
+        total = add_tail(total, v, r, row, c, e, a[j].x);
       }
       out[j] = total;
     }
