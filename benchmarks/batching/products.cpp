@@ -28,6 +28,7 @@
 #include "barato/nn/dense.hpp"
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/activation.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/nf4.hpp"
 #include "dram_probe.hpp"
@@ -138,6 +139,8 @@ const bool g_registered = [] {
   register_format<quant::Linear<quant::Int4Group<128>>>("int4_g128");
   register_format<quant::Linear<quant::Nf4<64>>>("nf4_64");
   register_format<quant::Linear<quant::Int8Group<32>>>("int8_g32");
+  register_format<quant::Linear<quant::GgmlQ8_0>>("q8_0");
+  register_format<quant::Linear<quant::GgmlQ4_0>>("q4_0");
   register_format<quant::W8A8Linear<>>("w8a8");
   return true;
 }();

@@ -19,7 +19,7 @@ namespace barato {
 inline constexpr std::size_t kCacheLineBytes = 64;
 
 /// Prefetches the lines of [p, p + bytes) into L2 (read access). No effect on results.
-inline void prefetch_l2(const void* p, std::size_t bytes) noexcept {
+[[gnu::always_inline]] inline void prefetch_l2(const void* p, std::size_t bytes) noexcept {
   const char* c = static_cast<const char*>(p);
   for (std::size_t b = 0; b < bytes; b += kCacheLineBytes) {
 #if defined(__GNUC__) || defined(__clang__)
