@@ -45,7 +45,7 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the double reference within the
 
 TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to fp32 summation order", F, GgmlQ8_0, GgmlQ4_0) {
   using K = RowKernel<xsimd::avx512bw, F>;
-  for (const std::size_t cols : {32u, 64u, 96u, 128u, 192u, 172u, 256u, 384u, 512u, 640u, 896u, 1000u, 1024u, 1152u, 4864u}) {
+  for (const std::size_t cols : {32u, 64u, 96u, 128u, 192u, 172u, 256u, 320u, 384u, 512u, 640u, 896u, 1000u, 1024u, 1152u, 4864u}) {
     CAPTURE(cols);
     const std::size_t rows = 9;
     const auto m = ref::test_matrix<F>(rows, cols, 300 + unsigned(cols));
@@ -72,7 +72,7 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to
 
 TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_n<N>: every vector's result is bitwise its dot_n<1> result", F, GgmlQ8_0, GgmlQ4_0) {
   using K = RowKernel<xsimd::avx512bw, F>;
-  for (const std::size_t cols : {64u, 172u, 384u, 512u, 1000u, 1152u}) {
+  for (const std::size_t cols : {64u, 172u, 320u, 384u, 512u, 1000u, 1152u}) {
     CAPTURE(cols);
     const auto m = ref::test_matrix<F>(5, cols, 400 + unsigned(cols));
     constexpr std::size_t N = 4;
@@ -123,8 +123,8 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps
       const std::size_t pos = c < full ? c / K::kChunk * K::kChunk + K::slot(in / 32, in % 32) : c;
       REQUIRE(int(a.q[pos]) == int(q[c]));
     }
-    // lane vector t, lane i: Q8_0 −offset · Σ q over bytes 4i…4i+3 of chunk t; Q4_0 over the whole
-    // block K::lane_block(t, i) (0 for the lanes of chunks past the last full one)
+    // lane vector t (a group of chunks), lane i: −offset · Σ q over block K::lane_block(t, i) and its
+    // step (0 for the lanes of chunks past the last full one); lane_of inverts lane_block
     for (std::size_t t = 0; t < K::lane_vectors(a.chunks); ++t)
       for (std::size_t lane = 0; lane < 16; ++lane) {
         CAPTURE(t);
@@ -134,11 +134,8 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps
         float step = 0.0f;
         if (k < a.chunks) {
           step = D[b];
-          if (F::kCodeBits == 4) {
-            for (std::size_t j = 0; j < 32; ++j) expect -= K::kOffset * a.q[k * K::kChunk + K::slot(b % K::kBlocksPerChunk, j)];
-          } else {
-            for (std::size_t p = 4 * lane; p < 4 * lane + 4; ++p) expect -= K::kOffset * a.q[k * K::kChunk + p];
-          }
+          for (std::size_t j = 0; j < 32; ++j) expect -= K::kOffset * a.q[k * K::kChunk + K::slot(b % K::kBlocksPerChunk, j)];
+          REQUIRE(K::lane_of(k, b % K::kBlocksPerChunk) == lane);
         }
         REQUIRE(a.corr[t * 16 + lane] == expect);
         REQUIRE(a.lane_step[t * 16 + lane] == step);
