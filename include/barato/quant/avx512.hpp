@@ -99,7 +99,7 @@ struct RowKernel<Arch, F> {
   }
 
  private:
-  static __m512 widen(const std::int8_t* p) noexcept {
+  [[gnu::always_inline]] static __m512 widen(const std::int8_t* p) noexcept {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
 };

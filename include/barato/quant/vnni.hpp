@@ -204,8 +204,8 @@ struct RowKernel<Arch, F> {
   /// Block b (128 columns) of a row's codes as unsigned bytes u = code + kOffset, prefetching ahead:
   /// int8 codes with the sign bit flipped (u0 columns 0–63, u1 64–127); 4-bit codes as stored, low
   /// nibbles in u0 (columns 32m + j) and high nibbles in u1 (columns 32m + 16 + j).
-  static void load_block(const QuantizedView<F>& v, const std::uint8_t* row, std::size_t b, __m512i& u0,
-                         __m512i& u1) noexcept {
+  [[gnu::always_inline]] static void load_block(const QuantizedView<F>& v, const std::uint8_t* row, std::size_t b,
+                                                __m512i& u0, __m512i& u1) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
     if constexpr (F::kCodeBits == 8) {
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -240,14 +240,14 @@ struct RowKernel<Arch, F> {
   }
 
   /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
-  static __m512i widen_pairs(__m512i v) noexcept {
+  [[gnu::always_inline]] static __m512i widen_pairs(__m512i v) noexcept {
     return _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
                             _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
   }
 
   /// The totals of the 8 int64 lanes of each of a, b, c, d (exact), by a transposing tree: three adds
   /// for all four vectors instead of one horizontal reduction each.
-  static void lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d, std::int64_t* out) noexcept {
+  [[gnu::always_inline]] static void lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d, std::int64_t* out) noexcept {
     // 128-bit blocks: [x0 x1 | y0 y1] + [x2 x3 | y2 y3] → x's 4 partial pairs, then y's
     const __m512i ab = _mm512_add_epi64(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
     const __m512i cd = _mm512_add_epi64(_mm512_shuffle_i64x2(c, d, 0x44), _mm512_shuffle_i64x2(c, d, 0xEE));
@@ -352,6 +352,50 @@ struct RowKernel<Arch, F> {
     else dot_rows_blocks<1, N>(v, r, a, out);
   }
 
+  /// One 128-column block b of `dot_rows_blocks`: each row's weights loaded once for the N vectors,
+  /// each vector's activation planes once for the R rows; acc[i][j] += the exact int32 lane sums,
+  /// converted, times mult[i][j][k]. A function, always inlined, not a lambda: GCC 12 left the lambda
+  /// an out-of-line call in some translation units (bench_quant at c3b1fbf, bench_batching), passing
+  /// the accumulators through memory; no speed difference was measured there (2026-12-03), but the
+  /// kernel's code should not depend on the inliner's budget in the including file.
+  template <std::size_t R, std::size_t N>
+  [[gnu::always_inline]] static void rows_block(const QuantizedView<F>& v, const std::uint8_t* const* rows, std::size_t b,
+                                                const Activation* a, const float (*mult)[N][16], std::size_t k,
+                                                __m512 (*acc)[N]) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    __m512i u[R][2];  // each row's 128 weights of the block as unsigned bytes, loaded once for all N vectors
+    for (std::size_t i = 0; i < R; ++i) load_block(v, rows[i], b, u[i][0], u[i][1]);
+    for (std::size_t j = 0; j < N; ++j) {
+      __m512i hi0 = _mm512_load_si512(a[j].hi + b * B), hi1 = _mm512_load_si512(a[j].hi + b * B + 64);
+      __m512i lo0 = _mm512_load_si512(a[j].lo + b * B), lo1 = _mm512_load_si512(a[j].lo + b * B + 64);
+      __m512i corr = _mm512_load_si512(a[j].corr + b * 16);
+      if constexpr (R > 1) {  // one load each, shared by the rows (simd::pin says why)
+        simd::pin(hi0);
+        simd::pin(hi1);
+        simd::pin(lo0);
+        simd::pin(lo1);
+        simd::pin(corr);
+      }
+      for (std::size_t i = 0; i < R; ++i) {
+        __m512i dh = _mm512_setzero_si512(), dl = corr;
+        if constexpr (R > 1) {  // simd::dpbusd: 3-18 % faster for two rows at n = 16; no gain for one
+          simd::dpbusd(dh, u[i][0], hi0);
+          simd::dpbusd(dh, u[i][1], hi1);
+          simd::dpbusd(dl, u[i][0], lo0);
+          simd::dpbusd(dl, u[i][1], lo1);
+        } else {
+          dh = _mm512_dpbusd_epi32(dh, u[i][0], hi0);
+          dh = _mm512_dpbusd_epi32(dh, u[i][1], hi1);
+          dl = _mm512_dpbusd_epi32(dl, u[i][0], lo0);
+          dl = _mm512_dpbusd_epi32(dl, u[i][1], lo1);
+        }
+        // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add
+        const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), _mm512_set1_ps(mult[i][j][k]), acc[i][j]);
+      }
+    }
+  }
+
   /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more: per block,
   /// row and vector the exact int32 lane sums, converted and multiplied by the block's multiplier
   /// (weight scale · the vector's step, formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16
@@ -378,39 +422,6 @@ struct RowKernel<Arch, F> {
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
     alignas(64) float mult[R][N][kSpan];  // [row][vector][block in the span]
-    const auto block = [&](std::size_t b, std::size_t k, __m512 (*acc)[N]) {
-      __m512i u[R][2];  // each row's 128 weights of the block as unsigned bytes, loaded once for all N vectors
-      for (std::size_t i = 0; i < R; ++i) load_block(v, rows[i], b, u[i][0], u[i][1]);
-      for (std::size_t j = 0; j < N; ++j) {
-        __m512i hi0 = _mm512_load_si512(a[j].hi + b * B), hi1 = _mm512_load_si512(a[j].hi + b * B + 64);
-        __m512i lo0 = _mm512_load_si512(a[j].lo + b * B), lo1 = _mm512_load_si512(a[j].lo + b * B + 64);
-        __m512i corr = _mm512_load_si512(a[j].corr + b * 16);
-        if constexpr (R > 1) {  // one load each, shared by the rows (simd::pin says why)
-          simd::pin(hi0);
-          simd::pin(hi1);
-          simd::pin(lo0);
-          simd::pin(lo1);
-          simd::pin(corr);
-        }
-        for (std::size_t i = 0; i < R; ++i) {
-          __m512i dh = _mm512_setzero_si512(), dl = corr;
-          if constexpr (R > 1) {  // simd::dpbusd: 3-18 % faster for two rows at n = 16; no gain for one
-            simd::dpbusd(dh, u[i][0], hi0);
-            simd::dpbusd(dh, u[i][1], hi1);
-            simd::dpbusd(dl, u[i][0], lo0);
-            simd::dpbusd(dl, u[i][1], lo1);
-          } else {
-            dh = _mm512_dpbusd_epi32(dh, u[i][0], hi0);
-            dh = _mm512_dpbusd_epi32(dh, u[i][1], hi1);
-            dl = _mm512_dpbusd_epi32(dl, u[i][0], lo0);
-            dl = _mm512_dpbusd_epi32(dl, u[i][1], lo1);
-          }
-          // exact integer Σ q·x16 per lane (the offset removed by corr), then one fp32 multiply-add
-          const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), _mm512_set1_ps(mult[i][j][k]), acc[i][j]);
-        }
-      }
-    };
     for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
       const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
       const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
@@ -428,10 +439,10 @@ struct RowKernel<Arch, F> {
       }
       std::size_t k = 0;  // b0 is even, so block b0 + k goes to acc0 when k is even
       for (; k + 2 <= nb; k += 2) {
-        block(b0 + k, k, acc0);
-        block(b0 + k + 1, k + 1, acc1);
+        rows_block<R, N>(v, rows, b0 + k, a, mult, k, acc0);
+        rows_block<R, N>(v, rows, b0 + k + 1, a, mult, k + 1, acc1);
       }
-      if (k < nb) block(b0 + k, k, acc0);
+      if (k < nb) rows_block<R, N>(v, rows, b0 + k, a, mult, k, acc0);
     }
     const std::size_t tail = blocks * B;  // the rest of the row (one scale)
     for (std::size_t i = 0; i < R; ++i)
