@@ -14,8 +14,10 @@
 //   BM_prefill_0_5B/<format>   P = 256 prompt tokens as one step (tokens/s; int8-row ≥ 2× fp32 is the target)
 //   BM_step_w8a8, BM_prefill_0_5B_w8a8: the same with W8A8 (int8 activations per token), the
 //                            8-bit-activation reference for the integer rows
+//   BM_step_q8_0, BM_step_q4_0: ggml's formats (int8 activations per 32 columns, quant/vnni_ggml.hpp)
 //
-// Weights: fp32 (1.98 GB of matrices), int8-row and W8A8 (0.50 GB), int4-g128 (0.28 GB), built once per process.
+// Weights: fp32 (1.98 GB of matrices), int8-row and W8A8 (0.50 GB), q8_0 (0.53 GB), int4-g128 and q4_0
+// (0.28 GB), built once per process.
 
 #include <benchmark/benchmark.h>
 
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "barato/quant/activation.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/linear.hpp"
 #include "dram_probe.hpp"
 #include "models/decode_batch.hpp"
@@ -134,6 +137,8 @@ void prefill(benchmark::State& state, const bx::LlamaWeights<Linear>& w) {
 void BM_step_fp32(benchmark::State& s) { decode_step(s, fp32_weights(), "fp32"); }
 void BM_step_int8_row(benchmark::State& s) { decode_step(s, quant_weights<quant::Int8PerRow<>>(), "int8_row"); }
 void BM_step_int4_g128(benchmark::State& s) { decode_step(s, quant_weights<quant::Int4Group<128>>(), "int4_g128"); }
+void BM_step_q8_0(benchmark::State& s) { decode_step(s, quant_weights<quant::GgmlQ8_0>(), "q8_0"); }
+void BM_step_q4_0(benchmark::State& s) { decode_step(s, quant_weights<quant::GgmlQ4_0>(), "q4_0"); }
 void BM_step_w8a8(benchmark::State& s) { decode_step(s, w8a8_weights(), "w8a8"); }
 void BM_prefill_0_5B_fp32(benchmark::State& s) { prefill(s, fp32_weights()); }
 void BM_prefill_0_5B_int8_row(benchmark::State& s) { prefill(s, quant_weights<quant::Int8PerRow<>>()); }
@@ -149,6 +154,8 @@ void batch_sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_step_fp32)->Apply(batch_sizes);
 BENCHMARK(BM_step_int8_row)->Apply(batch_sizes);
 BENCHMARK(BM_step_int4_g128)->Apply(batch_sizes);
+BENCHMARK(BM_step_q8_0)->Apply(batch_sizes);
+BENCHMARK(BM_step_q4_0)->Apply(batch_sizes);
 BENCHMARK(BM_step_w8a8)->Apply(batch_sizes);
 BENCHMARK(BM_prefill_0_5B_fp32)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_prefill_0_5B_int8_row)->UseManualTime()->Unit(benchmark::kMillisecond);
