@@ -168,7 +168,7 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
                    Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
                    AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<simd::DefaultArch, F>(96, 300, 21);  // 2 full 128-blocks + a 44-column tail
-  check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the one-row kernels take the tail
+  check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 
 TEST_CASE_TEMPLATE("ggml formats: gemv_batch rows equal gemv bitwise at widths made of whole 32-column blocks", F,

@@ -21,7 +21,8 @@
 /// multiply and FMA per 16 blocks, and one 16-lane vector of corrections and of steps per group, where
 /// each chunk used to take its own (2026-12-03, one thread, before → after: batches of n = 4 on
 /// 896 × 4864 q4_0 320–365 → 160–190 µs, q8_0 620–735 → 215–240 µs; q8_0 n = 64 8.3–9.2 → 2.4–3.4
-/// ms; n = 1 and the streamed 0.5B pass unchanged within this host's noise).
+/// ms; n = 1 and the streamed 0.5B pass unchanged within this host's noise, except q8_0 rows of 896
+/// columns, a group of 8 chunks and a short one of 6, at 0.86–1.0×).
 /// Columns past the last full chunk (128 for Q4_0, 64 for Q8_0) are summed per 32-column block by the
 /// scalar code of quant/ggml_dot.hpp.
 ///
@@ -64,8 +65,8 @@ struct RowKernel<Arch, F> {
   static constexpr bool kQ4 = F::kCodeBits == 4;
   /// Columns per 64-byte load of codes.
   static constexpr std::size_t kChunk = kQ4 ? 128 : 64;
-  /// Blocks per chunk and int32 lanes per block.
-  static constexpr std::size_t kBlocksPerChunk = kChunk / kGgmlBlock, kLanesPerBlock = 16 / kBlocksPerChunk;
+  /// Blocks per chunk.
+  static constexpr std::size_t kBlocksPerChunk = kChunk / kGgmlBlock;
   /// Unsigned offset of the weight bytes vpdpbusd sees.
   static constexpr int kOffset = kQ4 ? F::kOffset : 128;
 
