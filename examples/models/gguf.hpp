@@ -74,8 +74,12 @@ enum class GgufValueType : std::uint32_t {
   }
 }
 
-/// ggml tensor types this reader accepts (the ids are ggml's `enum ggml_type`).
-enum class GgmlType : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
+/// ggml tensor types this reader accepts (the ids are ggml's `enum ggml_type`; their values:
+/// models/ggml_dequant.hpp).
+enum class GgmlType : std::uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13,
+  q6_k = 14, bf16 = 30
+};
 
 /// ggml's name of type id `id` ("F32", "Q4_K", …), or "" when ggml defines no such id.
 [[nodiscard]] inline std::string_view ggml_type_name(std::uint32_t id) noexcept {
@@ -101,6 +105,14 @@ struct GgmlTypeTraits {
     case GgmlType::bf16: out = {1, 2}; return true;
     case GgmlType::q8_0: out = {32, 34}; return true;   // fp16 d + 32 int8
     case GgmlType::q4_0: out = {32, 18}; return true;   // fp16 d + 16 bytes of nibbles
+    case GgmlType::q4_1: out = {32, 20}; return true;   // fp16 d, m + 16 bytes of nibbles
+    case GgmlType::q5_0: out = {32, 22}; return true;   // fp16 d + u32 fifth bits + 16 bytes of nibbles
+    case GgmlType::q5_1: out = {32, 24}; return true;   // fp16 d, m + u32 fifth bits + nibbles
+    case GgmlType::q2_k: out = {256, 84}; return true;  // 16 scale bytes, 64 code bytes, fp16 d, dmin
+    case GgmlType::q3_k: out = {256, 110}; return true; // 32 high-bit bytes, 64 code bytes, 12 scale bytes, fp16 d
+    case GgmlType::q4_k: out = {256, 144}; return true; // fp16 d, dmin, 12 scale bytes, 128 code bytes
+    case GgmlType::q5_k: out = {256, 176}; return true; // fp16 d, dmin, 12 scale bytes, 32 high-bit bytes, 128 code bytes
+    case GgmlType::q6_k: out = {256, 210}; return true; // 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, fp16 d
     default: return false;
   }
 }
@@ -462,7 +474,7 @@ class GgufFile {
       GgmlTypeTraits tr;
       if (!ggml_type_traits(t.type, tr)) {
         const auto known = ggml_type_name(t.type);
-        c.fail(type_at, tn + " type: expected F32, F16, BF16, Q8_0 or Q4_0, found " +
+        c.fail(type_at, tn + " type: expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, found " +
                             (known.empty() ? "unknown type id " + std::to_string(t.type)
                                            : std::string(known) + " (ggml type " + std::to_string(t.type) + ")"));
       }

@@ -16,10 +16,12 @@
 /// the rotate-half permutation of HF checkpoints, the llama2.c converter copies them as they are). So
 /// a GGUF llama is run with `RopeStyle::adjacent` and its weights as stored — no un-permutation.
 ///
-/// Weight conversion goes through one function, `gguf_tensor_to_fp32` (raw bytes, type, dims → fp32,
-/// exact for F32, F16, BF16, Q8_0 (x = fp16(d)·q) and Q4_0 (x = fp16(d)·(q − 8))), and the projections
-/// through `gguf_linear`, which keeps F16 / BF16 in their precision (nn::Dense<f16 / bf16>) and Q8_0 /
-/// Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 / GgmlQ4_0, loaded without requantizing).
+/// Weight conversion goes through one function, `ggml_to_fp32` (models/ggml_dequant.hpp: raw bytes,
+/// type, dims → fp32, bit-exact with ggml's dequantization for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q8_0, Q2_K … Q6_K), and the projections through `gguf_linear`, which keeps F16 / BF16 in their
+/// precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 /
+/// GgmlQ4_0, loaded without requantizing); the other block types, which have no barato kernel, become
+/// fp32 (their exact values; `--weights` can re-quantize them).
 
 #include <algorithm>
 #include <bit>
@@ -44,6 +46,7 @@
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/ggml_blocks.hpp"
 #include "barato/quant/linear.hpp"
+#include "models/ggml_dequant.hpp"
 #include "models/gguf.hpp"
 #include "models/llama_config.hpp"
 #include "models/llama_weights.hpp"
@@ -55,86 +58,22 @@ namespace barato_examples {
 // Tensor conversion
 // ================================================================================================
 
-/// IEEE binary16 bits → float (exact).
-[[nodiscard]] inline float fp16_bits_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  const std::uint32_t man = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: man · 2^-24
-    const float v = std::ldexp(static_cast<float>(man), -24);
-    return sign != 0 ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-/// bfloat16 bits → float (exact).
-[[nodiscard]] inline float bf16_bits_to_float(std::uint16_t h) noexcept {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
-
-/// The conversion point of GGUF tensor data to fp32: `raw` holds a tensor of ggml type `type` with
-/// dims `ne` (ne0 first); `out` receives its product(ne) values in storage order. Exact for every
-/// readable type: F32 copied, F16 / BF16 widened, Q8_0 blocks x = fp16(d)·q, Q4_0 blocks
-/// x = fp16(d)·(q − 8) with element j in the low nibble of byte j and element j + 16 in its high
-/// nibble. Throws `shape_error` when the sizes disagree, `value_error` for another type.
-inline void gguf_tensor_to_fp32(std::span<const std::byte> raw, std::uint32_t type, std::span<const std::uint64_t> ne,
-                                std::span<float> out) {
-  std::uint64_t n = 1;
-  for (const auto d : ne) n *= d;
-  GgmlTypeTraits tr;
-  barato::require<barato::value_error>(ggml_type_traits(type, tr), "gguf_tensor_to_fp32: unsupported ggml type ", type);
-  barato::require(out.size() == n && !ne.empty() && ne[0] % tr.block == 0 && raw.size() == n / tr.block * tr.block_bytes,
-                  "gguf_tensor_to_fp32: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
-                  " bytes and ", n, " outputs, got ", raw.size(), " bytes and ", out.size(), " outputs");
-  const auto u16_at = [&](std::size_t byte) {
-    std::uint16_t v;
-    std::memcpy(&v, raw.data() + byte, 2);
-    return v;
-  };
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::f32:
-      std::memcpy(out.data(), raw.data(), raw.size());
-      return;
-    case GgmlType::f16:
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp16_bits_to_float(u16_at(2 * i));
-      return;
-    case GgmlType::bf16:
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = bf16_bits_to_float(u16_at(2 * i));
-      return;
-    case GgmlType::q8_0:
-      for (std::size_t b = 0; b < out.size() / 32; ++b) {
-        const std::byte* blk = raw.data() + b * 34;
-        const float d = fp16_bits_to_float(u16_at(b * 34));
-        for (std::size_t j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + j]));
-      }
-      return;
-    case GgmlType::q4_0:
-      for (std::size_t b = 0; b < out.size() / 32; ++b) {
-        const std::byte* blk = raw.data() + b * 18;
-        const float d = fp16_bits_to_float(u16_at(b * 18));
-        for (std::size_t j = 0; j < 16; ++j) {
-          const auto q = static_cast<unsigned>(blk[2 + j]);
-          out[b * 32 + j] = d * static_cast<float>(static_cast<int>(q & 0x0fu) - 8);
-          out[b * 32 + j + 16] = d * static_cast<float>(static_cast<int>(q >> 4) - 8);
-        }
-      }
-      return;
-  }
-}
-
-/// A GGUF tensor as fp32 values (see `gguf_tensor_to_fp32`), in a buffer from `mr`.
+/// A GGUF tensor as fp32 values (`ggml_to_fp32`, models/ggml_dequant.hpp), in a buffer from `mr`;
+/// `file` and `file_offset` (the tensor data's offset in the file) name a bad block in the error.
 [[nodiscard]] inline barato::Buffer<float> gguf_tensor_fp32(const GgufTensor& t,
-                                                            std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+                                                            std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
+                                                            std::string_view file = "<gguf>", std::size_t file_offset = 0) {
   barato::Buffer<float> b(static_cast<std::size_t>(t.elements()), mr);
-  gguf_tensor_to_fp32(t.data, t.type, t.ne, b.span());
+  ggml_to_fp32(t.data, t.type, t.ne, b.span(), file, file_offset);
   return b;
 }
 
 /// A GGUF matrix [rows, cols] as a linear layer in the file's precision: F32 → Dense<float>, F16 →
 /// Dense<f16>, BF16 → Dense<bf16> (all exact), Q8_0 / Q4_0 → quant::Linear<GgmlQ8_0 / GgmlQ4_0> built
 /// from the file's block bytes without requantizing (`quant::from_ggml_blocks`; `file` and
-/// `file_offset`, the tensor's data offset, name a bad block in its error).
+/// `file_offset`, the tensor's data offset, name a bad block in its error); Q4_1, Q5_0, Q5_1 and
+/// Q2_K … Q6_K, which barato has no kernel for, → Dense<float> of their exact values (4 bytes per
+/// weight instead of 0.3–0.8: `--weights int4-g128`, `q4_0`, … re-quantize them).
 [[nodiscard]] inline barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
                                                        std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
                                                        std::string_view file = "<gguf>", std::size_t file_offset = 0) {
@@ -149,7 +88,7 @@ inline void gguf_tensor_to_fp32(std::span<const std::byte> raw, std::uint32_t ty
     case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
     default: break;
   }
-  const barato::Buffer<float> w = gguf_tensor_fp32(t, mr);
+  const barato::Buffer<float> w = gguf_tensor_fp32(t, mr, file, file_offset);
   switch (static_cast<GgmlType>(t.type)) {
     case GgmlType::f16: return barato::nn::Dense<barato::f16>(rows, cols, w.span(), mr);
     case GgmlType::bf16: return barato::nn::Dense<barato::bf16>(rows, cols, w.span(), mr);
@@ -290,7 +229,10 @@ template <class MakeLinear>
   const auto mat = [&](const std::string& name, std::size_t rows, std::size_t cols) {
     return make_linear(detail::gguf_tensor(f, name, {cols, rows}), rows, cols);
   };
-  const auto vec = [&](const std::string& name, std::size_t n) { return gguf_tensor_fp32(detail::gguf_tensor(f, name, {n}), mr); };
+  const auto fp32 = [&](const GgufTensor& t) {
+    return gguf_tensor_fp32(t, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset));
+  };
+  const auto vec = [&](const std::string& name, std::size_t n) { return fp32(detail::gguf_tensor(f, name, {n})); };
   std::vector<LlamaLayerWeights<L>> layers;
   // Reserve no more blocks than the file's tensors can hold (9 each): a hostile block_count must not
   // size an allocation; the loop below names the first missing tensor.
@@ -306,7 +248,7 @@ template <class MakeLinear>
   const GgufTensor& emb = detail::gguf_tensor(f, "token_embd.weight", {c.dim, c.vocab_size});
   L classifier = f.tensor("output.weight") != nullptr ? mat("output.weight", c.vocab_size, c.dim)
                                                       : make_linear(emb, c.vocab_size, c.dim);
-  LlamaWeights<L> w{c, gguf_tensor_fp32(emb, mr), std::move(layers), vec("output_norm.weight", c.dim), std::move(classifier)};
+  LlamaWeights<L> w{c, fp32(emb), std::move(layers), vec("output_norm.weight", c.dim), std::move(classifier)};
   detail::check_weights(w);
   return w;
 }
@@ -318,7 +260,9 @@ template <class MakeLinear>
   return load_gguf_llama_with(
       f, c,
       [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
-        return barato::nn::DenseLinear(rows, cols, gguf_tensor_fp32(t, mr).span(), mr);
+        return barato::nn::DenseLinear(rows, cols,
+                                       gguf_tensor_fp32(t, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset)).span(),
+                                       mr);
       },
       mr);
 }

@@ -126,12 +126,20 @@ void gguf_seeds(const fs::path& dir) {
       .add("f64", GgufWriteValue::f64(0.25)).add("bool", GgufWriteValue::boolean(true)).add("str", GgufWriteValue::string("x"))
       .add("ints", GgufWriteValue::array(GgufValueType::i32, ints)).add("strs", GgufWriteValue::array(GgufValueType::string, strs))
       .add("nested", GgufWriteValue::array(GgufValueType::array, nested)).add("general.alignment", GgufWriteValue::u32(64));
-  std::vector<std::byte> zeros(34 * 2, std::byte{0});
+  std::vector<std::byte> zeros(210, std::byte{0});
   all.add_tensor("f32", GgmlType::f32, {4, 2}, std::span(zeros).first(32));
   all.add_tensor("f16", GgmlType::f16, {4}, std::span(zeros).first(8));
   all.add_tensor("bf16", GgmlType::bf16, {2, 2}, std::span(zeros).first(8));
   all.add_tensor("q8_0", GgmlType::q8_0, {32, 2}, std::span(zeros).first(68));
   all.add_tensor("q4_0", GgmlType::q4_0, {32}, std::span(zeros).first(18));
+  all.add_tensor("q4_1", GgmlType::q4_1, {32}, std::span(zeros).first(20));
+  all.add_tensor("q5_0", GgmlType::q5_0, {32}, std::span(zeros).first(22));
+  all.add_tensor("q5_1", GgmlType::q5_1, {32}, std::span(zeros).first(24));
+  all.add_tensor("q2_k", GgmlType::q2_k, {256}, std::span(zeros).first(84));
+  all.add_tensor("q3_k", GgmlType::q3_k, {256}, std::span(zeros).first(110));
+  all.add_tensor("q4_k", GgmlType::q4_k, {256}, std::span(zeros).first(144));
+  all.add_tensor("q5_k", GgmlType::q5_k, {256}, std::span(zeros).first(176));
+  all.add_tensor("q6_k", GgmlType::q6_k, {256}, std::span(zeros).first(210));
   put(dir, "every_type.gguf", to_string(all.bytes()));
 }
 

@@ -1,0 +1,298 @@
+#pragma once
+/// \file
+/// ggml's tensor types as fp32 values: the one place the examples turn GGUF tensor data into floats
+/// (`ggml_to_fp32`, used by models/gguf_llama.hpp). Every type ggml's CPU backend dequantizes with a
+/// plain formula is read: F32, F16, BF16, the 32-element blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the
+/// 256-element "k-quant" super-blocks Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (what llama-quantize writes for
+/// its Q4_K_M, Q5_K_M, Q6_K, … mixes, and for the classifier of a Q4_0 file whose width is a multiple
+/// of 256). The IQ types (lattice codebooks) are not: a file holding one is an error naming it.
+///
+/// **Exactness.** Each value equals ggml's `dequantize_row_*` for the same block bit for bit: every
+/// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits) has at
+/// most 24 significant bits, so it is exact in fp32, and a value is at most one rounded fp32 sum
+/// (scale · q − min, or d · q + m). That also makes the result the same whether or not a compiler
+/// fuses the multiply and the add.
+///
+/// Layouts (byte offsets in a block; fp16 = IEEE binary16, little-endian; facts from ggml-common.h and
+/// ggml-quants.c, llama.cpp):
+///  - Q4_0  18 B: d fp16 · qs[16];            x_j = d·(lo_j − 8), x_{j+16} = d·(hi_j − 8)
+///  - Q4_1  20 B: d · m fp16 · qs[16];        x = d·q + m (q the nibble, as Q4_0's order)
+///  - Q5_0  22 B: d · qh u32 · qs[16];        q = nibble | bit j (j + 16 for the high nibble) of qh << 4;
+///                                            x = d·(q − 16)
+///  - Q5_1  24 B: d · m · qh u32 · qs[16];    x = d·q + m
+///  - Q8_0  34 B: d · qs int8[32];            x = d·q
+///  - Q2_K  84 B: scales[16] · qs[64] · d · dmin; 16 sub-blocks of 16: scale byte s = (min << 4) | sc,
+///                x = (d·sc)·q − dmin·min, q 2 bits: element 128n + 32j + l (l < 32) is bits 2j of
+///                qs[32n + l], sub-block 8n + 2j + l / 16
+///  - Q3_K 110 B: hmask[32] · qs[64] · scales[12] · d; 16 sub-blocks of 16 with 6-bit scales
+///                (low 4 bits: byte j, or the high nibble of byte j − 8; high 2 bits: bits 2·(j / 4) of
+///                byte 8 + j % 4), x = (d·(sc − 32))·(q − 4·[high bit clear]), q's low 2 bits as Q2_K,
+///                its high bit bit 4n + j of hmask[l]
+///  - Q4_K 144 B: d · dmin · scales[12] · qs[128]; 8 sub-blocks of 32 with 6-bit scale and min
+///                (`k4_scale_min`), x = (d·sc)·q − dmin·min; element 64j + l is the low nibble of
+///                qs[32j + l], 64j + 32 + l its high nibble
+///  - Q5_K 176 B: d · dmin · scales[12] · qh[32] · qs[128]; as Q4_K plus a fifth bit: bit 2j of qh[l] for
+///                the low nibble, bit 2j + 1 for the high
+///  - Q6_K 210 B: ql[128] · qh[64] · scales int8[16] · d; 16 sub-blocks of 16, x = (d·sc)·(q − 32),
+///                q = 4 bits of ql | 2 bits of qh << 4 (`q6_k`)
+/// A block whose fp16 scale (d, m or dmin) is not finite is a `format_error` naming the file, the byte
+/// offset of that scale and its bits.
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "barato/core/error.hpp"
+#include "models/gguf.hpp"
+
+namespace barato_examples {
+
+/// IEEE binary16 bits → float (exact).
+[[nodiscard]] inline float fp16_bits_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t man = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man · 2^-24
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign != 0 ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/// bfloat16 bits → float (exact).
+[[nodiscard]] inline float bf16_bits_to_float(std::uint16_t h) noexcept {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+}
+
+namespace ggml_blocks {
+
+/// Little-endian u16 / u32 at b.
+[[nodiscard]] inline std::uint16_t u16(const std::uint8_t* b) noexcept {
+  std::uint16_t v;
+  std::memcpy(&v, b, 2);
+  return v;
+}
+[[nodiscard]] inline std::uint32_t u32(const std::uint8_t* b) noexcept {
+  std::uint32_t v;
+  std::memcpy(&v, b, 4);
+  return v;
+}
+[[nodiscard]] inline float half(const std::uint8_t* b) noexcept { return fp16_bits_to_float(u16(b)); }
+inline float fl(int v) noexcept { return static_cast<float>(v); }
+
+inline void q4_0(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = fl((b[2 + j] & 0x0F) - 8) * d;
+    y[j + 16] = fl((b[2 + j] >> 4) - 8) * d;
+  }
+}
+
+inline void q4_1(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b), m = half(b + 2);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = fl(b[4 + j] & 0x0F) * d + m;
+    y[j + 16] = fl(b[4 + j] >> 4) * d + m;
+  }
+}
+
+/// The 5-bit codes of a Q5_0 / Q5_1 block: nibbles of qs, fifth bits from the u32 qh.
+inline void q5_codes(std::uint32_t qh, const std::uint8_t* qs, int* q) noexcept {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    q[j + 16] = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+  }
+}
+
+inline void q5_0(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b);
+  int q[32];
+  q5_codes(u32(b + 2), b + 6, q);
+  for (int j = 0; j < 32; ++j) y[j] = fl(q[j] - 16) * d;
+}
+
+inline void q5_1(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b), m = half(b + 2);
+  int q[32];
+  q5_codes(u32(b + 4), b + 8, q);
+  for (int j = 0; j < 32; ++j) y[j] = fl(q[j]) * d + m;
+}
+
+inline void q8_0(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b);
+  for (int j = 0; j < 32; ++j) y[j] = fl(static_cast<std::int8_t>(b[2 + j])) * d;
+}
+
+inline void q2_k(const std::uint8_t* b, float* y) noexcept {
+  const std::uint8_t* scales = b;
+  const std::uint8_t* qs = b + 16;
+  const float d = half(b + 80), dmin = half(b + 82);
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {  // sub-block 8n + 2j + h: elements 128n + 32j + 16h + l
+        const std::uint8_t s = scales[8 * n + 2 * j + h];
+        const float dl = d * fl(s & 0x0F), ml = dmin * fl(s >> 4);
+        for (int l = 0; l < 16; ++l) y[128 * n + 32 * j + 16 * h + l] = dl * fl((qs[32 * n + 16 * h + l] >> (2 * j)) & 3) - ml;
+      }
+    }
+  }
+}
+
+/// The 16 six-bit scales of a Q3_K block (before the −32), from its 12 packed bytes.
+inline void q3_k_scales(const std::uint8_t* s, int* sc) noexcept {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j < 8 ? s[j] & 0x0F : s[j - 8] >> 4;
+    const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    sc[j] = lo | (hi << 4);
+  }
+}
+
+inline void q3_k(const std::uint8_t* b, float* y) noexcept {
+  const std::uint8_t* hmask = b;
+  const std::uint8_t* qs = b + 32;
+  const float d = half(b + 108);
+  int sc[16];
+  q3_k_scales(b + 96, sc);
+  for (int n = 0; n < 2; ++n) {
+    for (int j = 0; j < 4; ++j) {
+      const unsigned bit = 1u << (4 * n + j);
+      for (int h = 0; h < 2; ++h) {
+        const float dl = d * fl(sc[8 * n + 2 * j + h] - 32);
+        for (int l = 16 * h; l < 16 * h + 16; ++l) {
+          const int q = ((qs[32 * n + l] >> (2 * j)) & 3) - ((hmask[l] & bit) != 0 ? 0 : 4);
+          y[128 * n + 32 * j + l] = dl * fl(q);
+        }
+      }
+    }
+  }
+}
+
+/// Scale and min of sub-block j (0…7) of a Q4_K / Q5_K block from its 12 packed bytes: six bits each;
+/// sub-blocks 0–3 in the low 6 bits of bytes j and j + 4, sub-blocks 4–7 in the nibbles of byte
+/// j + 4 with their top two bits in the high bits of bytes j − 4 (scale) and j (min).
+inline void k4_scale_min(int j, const std::uint8_t* s, int& sc, int& m) noexcept {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/// Q4_K (fifth = false) and Q5_K (fifth = true).
+template <bool Fifth>
+inline void k4(const std::uint8_t* b, float* y) noexcept {
+  const float d = half(b), dmin = half(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* qh = b + 16;
+  const std::uint8_t* qs = Fifth ? b + 48 : b + 16;
+  for (int j = 0; j < 4; ++j) {
+    for (int h = 0; h < 2; ++h) {  // sub-block 2j + h: elements 64j + 32h + l
+      int sc, m;
+      k4_scale_min(2 * j + h, scales, sc, m);
+      const float dl = d * fl(sc), ml = dmin * fl(m);
+      for (int l = 0; l < 32; ++l) {
+        int q = h == 0 ? qs[32 * j + l] & 0x0F : qs[32 * j + l] >> 4;
+        if constexpr (Fifth) q |= ((qh[l] >> (2 * j + h)) & 1) << 4;
+        y[64 * j + 32 * h + l] = dl * fl(q) - ml;
+      }
+    }
+  }
+}
+
+/// The 6-bit code (0…63) of element i of a Q6_K block: in each half n of 128 elements, element
+/// 128n + 32k + l (k < 4, l < 32) takes the low nibble (k = 0, 1) or high nibble (k = 2, 3) of
+/// ql[64n + 32·(k % 2) + l] and bits 2k…2k+1 of qh[32n + l].
+[[nodiscard]] inline int q6_k_code(const std::uint8_t* ql, const std::uint8_t* qh, int i) noexcept {
+  const int n = i / 128, k = (i % 128) / 32, l = i % 32;
+  const std::uint8_t lo = ql[64 * n + 32 * (k % 2) + l];
+  return (k < 2 ? lo & 0x0F : lo >> 4) | (((qh[32 * n + l] >> (2 * k)) & 3) << 4);
+}
+
+inline void q6_k(const std::uint8_t* b, float* y) noexcept {
+  const std::uint8_t* ql = b;
+  const std::uint8_t* qh = b + 128;
+  const float d = half(b + 208);
+  for (int i = 0; i < 256; ++i) {
+    const float dl = d * fl(static_cast<std::int8_t>(b[192 + i / 16]));
+    y[i] = dl * fl(q6_k_code(ql, qh, i) - 32);
+  }
+}
+
+/// A block type's decoder and the byte offsets of its fp16 scales (checked finite).
+struct Codec {
+  void (*decode)(const std::uint8_t*, float*) = nullptr;
+  std::array<std::uint8_t, 2> scales{};
+  std::size_t n_scales = 0;
+};
+
+/// The codec of a block type, or one with decode = null for F32 / F16 / BF16 and unreadable types.
+[[nodiscard]] inline Codec codec(std::uint32_t type) noexcept {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::q4_0: return {q4_0, {0, 0}, 1};
+    case GgmlType::q4_1: return {q4_1, {0, 2}, 2};
+    case GgmlType::q5_0: return {q5_0, {0, 0}, 1};
+    case GgmlType::q5_1: return {q5_1, {0, 2}, 2};
+    case GgmlType::q8_0: return {q8_0, {0, 0}, 1};
+    case GgmlType::q2_k: return {q2_k, {80, 82}, 2};
+    case GgmlType::q3_k: return {q3_k, {108, 0}, 1};
+    case GgmlType::q4_k: return {k4<false>, {0, 2}, 2};
+    case GgmlType::q5_k: return {k4<true>, {0, 2}, 2};
+    case GgmlType::q6_k: return {q6_k, {208, 0}, 1};
+    default: return {};
+  }
+}
+
+}  // namespace ggml_blocks
+
+/// The conversion point of GGUF tensor data to fp32: `raw` holds product(ne) elements of ggml type
+/// `type` (dims ne, ne0 first); `out` receives them in storage order, exact for every readable type
+/// (file comment). `file` and `file_offset` (the tensor data's offset in the file) name a block with a
+/// non-finite scale in the `format_error`; `shape_error` when the sizes disagree, `value_error` for a
+/// type this reader does not read.
+inline void ggml_to_fp32(std::span<const std::byte> raw, std::uint32_t type, std::span<const std::uint64_t> ne,
+                         std::span<float> out, std::string_view file = "<gguf>", std::size_t file_offset = 0) {
+  std::uint64_t n = 1;
+  for (const auto d : ne) n *= d;
+  GgmlTypeTraits tr;
+  barato::require<barato::value_error>(ggml_type_traits(type, tr), "ggml_to_fp32: unsupported ggml type ", type);
+  barato::require(out.size() == n && !ne.empty() && ne[0] % tr.block == 0 && raw.size() == n / tr.block * tr.block_bytes,
+                  "ggml_to_fp32: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
+                  " bytes and ", n, " outputs, got ", raw.size(), " bytes and ", out.size(), " outputs");
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::f32:
+      std::memcpy(out.data(), raw.data(), raw.size());
+      return;
+    case GgmlType::f16:
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp16_bits_to_float(ggml_blocks::u16(bytes + 2 * i));
+      return;
+    case GgmlType::bf16:
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = bf16_bits_to_float(ggml_blocks::u16(bytes + 2 * i));
+      return;
+    default: break;
+  }
+  const ggml_blocks::Codec c = ggml_blocks::codec(type);
+  barato::require<barato::value_error>(c.decode != nullptr, "ggml_to_fp32: no decoder for ", ggml_type_name(type));
+  for (std::size_t b = 0; b < out.size() / tr.block; ++b) {
+    const std::uint8_t* blk = bytes + b * tr.block_bytes;
+    for (std::size_t s = 0; s < c.n_scales; ++s) {
+      const std::uint16_t bits = ggml_blocks::u16(blk + c.scales[s]);
+      if (!std::isfinite(fp16_bits_to_float(bits)))
+        throw barato::format_error(std::string(file), file_offset + b * tr.block_bytes + c.scales[s],
+                                   std::string(ggml_type_name(type)) + " block " + std::to_string(b) + ": scale (fp16 bits " +
+                                       std::to_string(bits) + ") is not finite; expected a finite fp16 scale");
+    }
+    c.decode(blk, out.data() + b * tr.block);
+  }
+}
+
+}  // namespace barato_examples
