@@ -11,7 +11,8 @@
 /// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c; for GGUF,
 /// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 in barato's ggml-exact formats
 /// (quant::GgmlQ8_0 / GgmlQ4_0, no requantization; models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
-/// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp).
+/// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp; a GGUF file one
+/// tensor at a time, `requantized_gguf_weights`, so the fp32 model is never held).
 
 #include <cstddef>
 #include <filesystem>
@@ -25,6 +26,8 @@
 #include "barato/core/error.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
+#include "barato/quant/linear.hpp"
+#include "barato/quant/scheme.hpp"
 #include "models/gguf.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/llama_weights.hpp"
@@ -103,12 +106,35 @@ inline constexpr const char* kModelWeightsHelp =
     "int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 values at\n"
     "load time; q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)";
 
+/// GGUF only: the projections re-quantized to `scheme` tensor by tensor — each is dequantized
+/// exactly, quantized, and its fp32 values freed before the next — so loading never holds the fp32
+/// model (a Q4_K_M 7B file is ~28 GB as fp32; this way the peak is the quantized model, the fp32
+/// embedding and one fp32 matrix). Bitwise the weights of `quantize_weights(m.fp32_weights(), scheme)`.
+[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> requantized_gguf_weights(const ModelFile& m, barato::quant::Scheme scheme,
+                                                                                  std::pmr::memory_resource* mr) {
+  const GgufFile* f = m.gguf_file();
+  barato::require<barato::value_error>(f != nullptr, "requantized_gguf_weights: ", m.path().string(), " is not a GGUF file");
+  return load_gguf_llama_with(
+      *f, m.config(),
+      [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
+        const barato::Buffer<float> x = gguf_tensor_fp32(t, mr, f->file(), f->data_offset() + static_cast<std::size_t>(t.offset));
+        return barato::quant::visit_scheme(scheme, [&](auto format) {
+          return barato::nn::AnyLinear(barato::quant::Linear<decltype(format)>(rows, cols, x.span(), mr));
+        });
+      },
+      mr);
+}
+
 /// Calls f(weights) with the weights `weights` names (see the file comment); `value_error`
-/// ("--weights: …") for an unknown name, before any weight is converted.
+/// ("--weights: …") for an unknown name, before any weight is converted. A GGUF file re-quantized
+/// to a scheme goes tensor by tensor (`requantized_gguf_weights`).
 template <class F>
 decltype(auto) with_model_weights(const ModelFile& m, std::string_view weights, std::pmr::memory_resource* mr, F&& f) {
   if (weights == "file" && m.is_gguf()) return f(m.gguf_weights(mr));
-  if (weights != "file" && weights != "fp32") (void)weight_scheme(weights);
+  if (weights != "file" && weights != "fp32") {
+    const auto scheme = weight_scheme(weights);
+    if (m.is_gguf()) return f(requantized_gguf_weights(m, scheme, mr));
+  }
   return with_weight_format(weights == "file" ? std::string_view("fp32") : weights, m.fp32_weights(mr), mr, std::forward<F>(f));
 }
 
