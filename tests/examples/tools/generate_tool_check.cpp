@@ -6,10 +6,13 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "support/broken_files.hpp"
 #include "support/data.hpp"
+#include "support/ggml_pack.hpp"
 #include "support/run_tool.hpp"
 
 namespace fs = std::filesystem;
@@ -42,4 +45,37 @@ TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags e
   CHECK(missing.status == 1);
   CHECK_MESSAGE(one_error_line(missing.err, "barato_generate", (dir / "missing.bin").string()), missing.err);
   CHECK(run_tool("--steps x").status == 2);
+}
+
+TEST_CASE("barato_generate --model X.gguf with matrices in every ggml block type: the F32 file's ids") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/tok512.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_generate_tool_check";
+  fs::create_directories(dir);
+  const auto tok = barato_examples::load_tokenizer(data / "stories260K/tok512.bin", 512);
+  const auto model = barato::test::block_type_model(tok, 7);
+  const auto write = [&](const fs::path& p, const std::vector<std::byte>& b) {
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    return p.string();
+  };
+  const std::string blocks = write(dir / "block_types.gguf", model.blocks), f32 = write(dir / "block_types_f32.gguf", model.f32);
+  const auto ids = [](const std::string& out) {  // the generated_ids array of --json
+    const auto at = out.find("\"generated_ids\":");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(']', at) - at + 1);
+  };
+  // file precision: Q4_1 … Q6_K as their exact fp32 values, Q8_0 / Q4_0 in ggml's kernels — so the
+  // F32 file is matched by the block file's --weights fp32, and both re-quantize to the same int8-row
+  for (const char* w : {"fp32", "int8-row"}) {
+    INFO(w);
+    const std::string flags = std::string(" --steps 48 --threads 1 --json --prompt \"Once upon a time\" --weights ") + w;
+    const auto a = run_tool("--model " + blocks + flags), b = run_tool("--model " + f32 + flags);
+    INFO(a.err << b.err);
+    REQUIRE((a.status == 0 && b.status == 0));
+    CHECK(!ids(a.out).empty());
+    CHECK(ids(a.out) == ids(b.out));
+  }
+  const auto native = run_tool("--model " + blocks + " --steps 48 --threads 1 --json --prompt \"Once upon a time\"");
+  INFO(native.err);
+  CHECK(native.status == 0);
+  CHECK(!ids(native.out).empty());
 }
