@@ -24,6 +24,7 @@
 #include "models/llama_weights.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/greedy.hpp"
 #include "support/ggml_pack.hpp"
 
 using namespace barato_examples;
@@ -31,6 +32,8 @@ using barato::test::Block;
 using barato::test::kBlockTypes;
 using barato::test::make_block;
 using barato::test::Rng;
+
+using barato::test::greedy_ids;
 
 namespace {
 
@@ -45,13 +48,6 @@ std::vector<float> decode(GgmlType t, const std::vector<std::uint8_t>& bytes, st
 
 bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
-template <class Linear>
-std::vector<int> greedy(const LlamaWeights<Linear>& w, const std::vector<Token>& prompt, std::size_t steps) {
-  Llama<barato::kv::Contiguous<float>, Linear> m(w, make_contiguous_caches(w.config, steps), {.threads = 1});
-  std::vector<float> logits(m.vocab_size());
-  const auto g = generate(m, prompt, {.steps = steps}, logits);
-  return {g.generated.begin(), g.generated.end()};
-}
 
 }  // namespace
 
@@ -193,6 +189,6 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
   CHECK(expect_dense >= 7);
   // The fp32 path of the block file is the F32 file: the same greedy ids.
   const auto prompt = tok.encode("Once upon a time", true);
-  CHECK(greedy(load_gguf_llama_fp32(fk, ck), prompt, 40) == greedy(fp32, prompt, 40));
-  CHECK(!greedy(native, prompt, 40).empty());
+  CHECK(greedy_ids(load_gguf_llama_fp32(fk, ck), prompt, 40) == greedy_ids(fp32, prompt, 40));
+  CHECK(!greedy_ids(native, prompt, 40).empty());
 }

@@ -17,9 +17,12 @@
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/greedy.hpp"
 #include "support/reference_file.hpp"
 
 using namespace barato_examples;
+
+using barato::test::greedy_ids;
 
 namespace {
 
@@ -47,13 +50,6 @@ bool same_weights(const LlamaWeights<barato::nn::DenseLinear>& a, const LlamaWei
   return ok;
 }
 
-template <class Linear>
-std::vector<int> greedy(const LlamaWeights<Linear>& w, const std::vector<Token>& prompt, std::size_t steps) {
-  Llama<barato::kv::Contiguous<float>, Linear> m(w, make_contiguous_caches(w.config, steps), {.threads = 1});
-  std::vector<float> logits(m.vocab_size());
-  const auto g = generate(m, prompt, {.steps = steps}, logits);
-  return {g.generated.begin(), g.generated.end()};
-}
 
 }  // namespace
 
@@ -93,7 +89,7 @@ TEST_CASE("gguf export: stories260K.bin as F32 GGUF reads back as the same model
   }
   const auto r = barato::test::read_reference_file(dir / "stories260K/reference/greedy_lily_wanted_to.txt");
   const auto prompt = g.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
-  CHECK(greedy(load_gguf_llama(f, c), prompt, std::stoul(r.at("steps"))) == r.ids("generated_ids"));
+  CHECK(greedy_ids(load_gguf_llama(f, c), prompt, std::stoul(r.at("steps"))) == r.ids("generated_ids"));
 }
 
 TEST_CASE("gguf export: Q8_0 / Q4_0 tensor data equals llama.cpp's quantizer on the same F32 tensors") {
@@ -159,7 +155,7 @@ TEST_CASE("gguf export: widths that are not a multiple of 32 stay F16 and are na
   // The file runs: its first generated tokens are the fp32 model's (4-bit weights leave the path later).
   const LlamaConfig c = gguf_llama_config(f);
   const auto prompt = tok.encode("Once upon a time", true);
-  const auto q = greedy(load_gguf_llama(f, c), prompt, 12);
-  const auto ref = greedy(w, prompt, 12);
+  const auto q = greedy_ids(load_gguf_llama(f, c), prompt, 12);
+  const auto ref = greedy_ids(w, prompt, 12);
   CHECK(std::vector<int>(q.begin(), q.begin() + 3) == std::vector<int>(ref.begin(), ref.begin() + 3));
 }

@@ -21,21 +21,16 @@
 #include "models/perplexity.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/greedy.hpp"
 #include "support/reference_file.hpp"
 
 namespace fs = std::filesystem;
 using namespace barato_examples;
 using Cache = barato::kv::Contiguous<float>;
 
-namespace {
+using barato::test::greedy_ids;
 
-template <class Linear>
-std::vector<int> greedy(const LlamaWeights<Linear>& w, const std::vector<Token>& prompt, std::size_t steps) {
-  Llama<Cache, Linear> m(w, make_contiguous_caches(w.config, steps), {.threads = 1});
-  std::vector<float> logits(m.vocab_size());
-  const auto g = generate(m, prompt, {.steps = steps}, logits);
-  return {g.generated.begin(), g.generated.end()};
-}
+namespace {
 
 const char* kStories = "stories260K/stories260K-f32.gguf";
 
@@ -76,10 +71,10 @@ TEST_CASE("gguf llama: greedy ids from stories260K-f32.gguf equal run.c's refere
     const auto prompt = tok.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
     CHECK(std::vector<int>(prompt.begin(), prompt.end()) == r.ids("prompt_ids"));
     const std::size_t steps = std::stoul(r.at("steps"));
-    const auto ids = greedy(w, prompt, steps);
+    const auto ids = greedy_ids(w, prompt, steps);
     CHECK(ids == r.ids("generated_ids"));
-    CHECK(greedy(native, prompt, steps) == ids);
-    CHECK(greedy(bin, prompt, steps) == ids);
+    CHECK(greedy_ids(native, prompt, steps) == ids);
+    CHECK(greedy_ids(bin, prompt, steps) == ids);
     std::vector<Token> all(prompt);
     all.insert(all.end(), ids.begin(), ids.end());
     CHECK(tok.decode_text(all) == barato::test::parse_json_string(r.at("text_json")));
@@ -100,7 +95,7 @@ TEST_CASE("gguf llama: the FFN-padded stories260K-h192-f32.gguf gives the unpadd
     INFO(name);
     const auto r = barato::test::read_reference_file(dir / "stories260K/reference" / name);
     const auto prompt = tok.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
-    CHECK(greedy(w, prompt, std::stoul(r.at("steps"))) == r.ids("generated_ids"));
+    CHECK(greedy_ids(w, prompt, std::stoul(r.at("steps"))) == r.ids("generated_ids"));
   }
 }
 
@@ -117,7 +112,7 @@ TEST_CASE("gguf llama: Q8_0 / Q4_0 files dequantized exactly give run.c's greedy
     const auto r = barato::test::read_reference_file(dir / ("stories260K/reference/llamacpp/greedy_deq_" + q + "_once_upon_a_time.txt"));
     const auto prompt = tok.encode(barato::test::parse_json_string(r.at("prompt_json")), true);
     CHECK(std::vector<int>(prompt.begin(), prompt.end()) == r.ids("prompt_ids"));
-    const auto ids = greedy(w, prompt, std::stoul(r.at("steps")));
+    const auto ids = greedy_ids(w, prompt, std::stoul(r.at("steps")));
     CHECK(ids == r.ids("generated_ids"));
   }
 }
@@ -161,7 +156,7 @@ TEST_CASE("gguf llama: Q8_0 / Q4_0 kept in ggml's formats follow llama.cpp's qua
     // reported, not asserted (measured here: all 196 for both since 2026-12-03; Q4_0 the first 184
     // while its kernel scaled lane sums before adding them up per block).
     const Tokenizer tok = gguf_tokenizer(f);
-    const auto ids = greedy(w, std::vector<Token>(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(n_prompt)),
+    const auto ids = greedy_ids(w, std::vector<Token>(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(n_prompt)),
                             std::stoul(r.at("steps")));
     const auto ref = r.ids("generated_ids");
     std::size_t first = 0;
@@ -316,7 +311,7 @@ TEST_CASE("gguf llama: stories260K rewritten by GgufWriter with F16 / BF16 matri
     CHECK(native.linear_bytes() * (half || brain ? 2 : 1) == fp32.linear_bytes());
     // The same values either way (F16 / BF16 widen exactly), so the same greedy path.
     const auto prompt = gguf_tokenizer(f).encode("Once upon a time", true);
-    CHECK(greedy(native, prompt, 120) == greedy(fp32, prompt, 120));
+    CHECK(greedy_ids(native, prompt, 120) == greedy_ids(fp32, prompt, 120));
   }
 }
 
