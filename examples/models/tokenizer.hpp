@@ -8,7 +8,9 @@
 ///
 /// Encoding follows llama2.c `run.c` `encode()` exactly:
 ///  1. optional BOS (id 1);
-///  2. when the text is non-empty, the dummy prefix: the id of the piece " ";
+///  2. when the text is non-empty, the dummy prefix: the id of the piece " " (SentencePiece's
+///     add_dummy_prefix; `set_dummy_prefix(false)` leaves it out, as a GGUF vocabulary with
+///     `tokenizer.ggml.add_space_prefix = false` asks);
 ///  3. the text is cut into UTF-8 code points (a lead byte plus up to 3 continuation bytes; stray
 ///     continuation bytes group the same way run.c groups them); each code point found in the
 ///     vocabulary becomes its id, otherwise each of its bytes b becomes the byte-fallback id b + 3;
@@ -97,17 +99,23 @@ class Tokenizer {
     return it == lookup_.end() ? Token{-1} : it->second;
   }
 
+  /// Whether encode puts the dummy prefix (" ") before a non-empty text (default: yes, as run.c).
+  [[nodiscard]] bool dummy_prefix() const noexcept { return dummy_prefix_; }
+  void set_dummy_prefix(bool on) noexcept { dummy_prefix_ = on; }
+
   /// run.c's encode (see the file comment). Appends to `out`. O(n log n) in the text length.
-  /// Throws `barato::value_error` when the text is non-empty and the vocabulary has no " " piece.
+  /// Throws `barato::value_error` when the text is non-empty, the dummy prefix is on and the
+  /// vocabulary has no " " piece.
   void encode(std::string_view text, bool bos, bool eos, std::vector<Token>& out) const {
     if (text.empty()) {
       if (bos) out.push_back(kBos);
     } else {
-      barato::require<barato::value_error>(space_id_ >= 0, "Tokenizer::encode: the vocabulary has no \" \" piece for the dummy prefix");
+      barato::require<barato::value_error>(space_id_ >= 0 || !dummy_prefix_,
+                                           "Tokenizer::encode: the vocabulary has no \" \" piece for the dummy prefix");
       std::vector<Token> syms;
       syms.reserve(text.size() + 2);
       if (bos) syms.push_back(kBos);  // run.c merges over the whole array, BOS included
-      syms.push_back(space_id_);
+      if (dummy_prefix_) syms.push_back(space_id_);
       split_code_points(text, syms);
       merge_segments(syms);
       out.insert(out.end(), syms.begin(), syms.end());
@@ -396,6 +404,7 @@ class Tokenizer {
   std::size_t max_len_ = 0;
   std::unordered_map<std::string_view, Token> lookup_;
   Token space_id_ = -1;
+  bool dummy_prefix_ = true;
   std::array<Token, 256> single_byte_id_{};  // id of the 1-byte piece of each byte value, or −1
   std::vector<Token> canonical_;             // [vocab] first id with the same piece
   struct Slot {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -316,7 +317,8 @@ TEST_CASE("gguf llama: stories260K rewritten by GgufWriter with F16 / BF16 matri
 }
 
 TEST_CASE("gguf llama: tokenizer metadata errors are named") {
-  const auto make = [](const char* model, bool swap_bytes, std::size_t n_scores, std::int32_t bos) {
+  const auto make = [](const char* model, bool swap_bytes, std::size_t n_scores, std::int32_t bos,
+                       std::optional<GgufWriteValue> space_prefix = std::nullopt) {
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
     for (int b = 0; b < 256; ++b) {
       char buf[8];
@@ -333,6 +335,7 @@ TEST_CASE("gguf llama: tokenizer metadata errors are named") {
     w.add("tokenizer.ggml.scores", GgufWriteValue::numbers<float>(GgufValueType::f32, scores));
     w.add("tokenizer.ggml.token_type", GgufWriteValue::numbers<std::int32_t>(GgufValueType::i32, types));
     w.add("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(bos)));
+    if (space_prefix) w.add("tokenizer.ggml.add_space_prefix", *space_prefix);
     return GgufFile::from_bytes("tok.gguf", w.bytes());
   };
   const auto message = [](const GgufFile& f) -> std::string {
@@ -351,4 +354,13 @@ TEST_CASE("gguf llama: tokenizer metadata errors are named") {
   CHECK(message(make("llama", true, 262, 1)).find("tokenizer.ggml.tokens[3]: expected the byte piece \"<0x00>\"") != std::string::npos);
   CHECK(message(make("llama", false, 261, 1)).find("tokenizer.ggml.scores: expected an array of 262 f32") != std::string::npos);
   CHECK(message(make("llama", false, 262, 5)).find("bos_token_id: expected 1") != std::string::npos);
+  // tokenizer.ggml.add_space_prefix: true is the default; false drops the dummy prefix
+  CHECK(gguf_tokenizer(make("llama", false, 262, 1, GgufWriteValue::boolean(true))).encode("a a", true) ==
+        std::vector<Token>{1, 261, 261});
+  const Tokenizer plain = gguf_tokenizer(make("llama", false, 262, 1, GgufWriteValue::boolean(false)));
+  CHECK(!plain.dummy_prefix());
+  CHECK(plain.encode("a a", true) == std::vector<Token>{1, 260, 261});  // "a" " a"
+  CHECK(plain.encode("", true) == std::vector<Token>{1});
+  CHECK(message(make("llama", false, 262, 1, GgufWriteValue::u8(0))).find("add_space_prefix: expected a bool, found u8") !=
+        std::string::npos);
 }
