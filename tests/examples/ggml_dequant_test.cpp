@@ -166,7 +166,10 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     for (std::size_t i = 0; i < used.size(); ++i) used[i] = used[i] || kBlockTypes[i] == type;
   CHECK(std::count(used.begin(), used.end(), true) == std::ssize(kBlockTypes));  // every type is used
   const GgufFile fk = GgufFile::from_bytes("kquants.gguf", model.blocks), fr = GgufFile::from_bytes("ref.gguf", model.f32);
-  for (const auto& [tname, type] : model.types) {
+  for (const auto& entry : model.types) {
+    // (named copies, not a structured binding: clang 14 cannot capture bindings in INFO's lambda)
+    const std::string& tname = entry.first;
+    const GgmlType type = entry.second;
     INFO(tname << " " << name(type));
     const GgufTensor* a = fk.tensor(tname);
     const GgufTensor* b = fr.tensor(tname);
