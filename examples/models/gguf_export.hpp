@@ -137,6 +137,9 @@ inline void add_llama2c_vocabulary(GgufWriter& w, const Tokenizer& tok) {
       .add("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(kBos)))
       .add("tokenizer.ggml.eos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(kEos)))
       .add("tokenizer.ggml.unknown_token_id", GgufWriteValue::u32(0));
+  // Written only when off, so a default vocabulary's metadata stays llama.cpp's converter's.
+  if (!tok.dummy_prefix()) w.add("tokenizer.ggml.add_space_prefix", GgufWriteValue::boolean(false));
+  if (!tok.add_bos()) w.add("tokenizer.ggml.add_bos_token", GgufWriteValue::boolean(false));
 }
 
 }  // namespace detail

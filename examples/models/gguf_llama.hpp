@@ -294,7 +294,8 @@ enum class GgufTokenType : std::int32_t { normal = 1, unknown = 2, control = 3, 
 /// are and must sit at ids 3..258 (byte b = id b + 3, the Tokenizer's byte fallback). Unknown,
 /// control and unused tokens (`<unk>`, `<s>`, `</s>`) never come from text in SentencePiece: their
 /// score becomes `kNoMergeScore`, so no merge produces them. `tokenizer.ggml.add_space_prefix`
-/// (bool, default true) turns the dummy prefix on or off, as llama.cpp does. The encode / decode then
+/// (bool, default true) turns the dummy prefix on or off, and `tokenizer.ggml.add_bos_token` (bool,
+/// default true) whether a prompt starts with BOS (`Tokenizer::add_bos`), as llama.cpp does. The encode / decode then
 /// equal llama2.c's for the same vocabulary. Throws `format_error`.
 [[nodiscard]] inline Tokenizer gguf_tokenizer(const GgufFile& f) {
   const std::string_view model = detail::gguf_string(f, "tokenizer.ggml.model");
@@ -355,16 +356,21 @@ enum class GgufTokenType : std::int32_t { normal = 1, unknown = 2, control = 3, 
     const bool from_text = type != GgufTokenType::unknown && type != GgufTokenType::control && type != GgufTokenType::unused;
     sc.push_back(from_text ? static_cast<float>(scores->element(i).as_f64()) : kNoMergeScore);
   }
-  bool dummy_prefix = true;  // SentencePiece's add_dummy_prefix, llama.cpp's default for "llama" vocabularies
-  if (const GgufValue* sp = f.find("tokenizer.ggml.add_space_prefix")) {
-    if (sp->type != GgufValueType::boolean)
-      throw barato::format_error(f.file(), sp->offset, std::string("tokenizer.ggml.add_space_prefix: expected a bool, found ") +
-                                                           gguf_value_type_name(sp->type));
-    dummy_prefix = sp->bits != 0;
-  }
+  // Optional bools, llama.cpp's defaults for "llama" vocabularies when absent: SentencePiece's
+  // add_dummy_prefix, and BOS before a prompt.
+  const auto flag = [&f](const char* key) {
+    const GgufValue* v = f.find(key);
+    if (v == nullptr) return true;
+    if (v->type != GgufValueType::boolean)
+      throw barato::format_error(f.file(), v->offset, std::string(key) + ": expected a bool, found " + gguf_value_type_name(v->type));
+    return v->bits != 0;
+  };
+  const bool dummy_prefix = flag("tokenizer.ggml.add_space_prefix");
+  const bool add_bos = flag("tokenizer.ggml.add_bos_token");
   try {
     Tokenizer t(std::move(pieces), std::move(sc), max_len);
     t.set_dummy_prefix(dummy_prefix);
+    t.set_add_bos(add_bos);
     return t;
   } catch (const barato::value_error& e) {
     throw barato::format_error(f.file(), tokens->offset, std::string("tokenizer.ggml.tokens: ") + e.what());

@@ -103,6 +103,11 @@ class Tokenizer {
   [[nodiscard]] bool dummy_prefix() const noexcept { return dummy_prefix_; }
   void set_dummy_prefix(bool on) noexcept { dummy_prefix_ = on; }
 
+  /// Whether a prompt starts with BOS (default: yes, as run.c; a GGUF vocabulary's
+  /// `tokenizer.ggml.add_bos_token` may say no). Used by `encode_prompt`; `encode` takes it explicitly.
+  [[nodiscard]] bool add_bos() const noexcept { return add_bos_; }
+  void set_add_bos(bool on) noexcept { add_bos_ = on; }
+
   /// run.c's encode (see the file comment). Appends to `out`. O(n log n) in the text length.
   /// Throws `barato::value_error` when the text is non-empty, the dummy prefix is on and the
   /// vocabulary has no " " piece.
@@ -127,6 +132,10 @@ class Tokenizer {
     encode(text, bos, eos, out);
     return out;
   }
+
+  /// A prompt's ids: `encode(text, add_bos())`, except that an empty text still gives BOS (a decoder
+  /// needs one token to start from).
+  [[nodiscard]] std::vector<Token> encode_prompt(std::string_view text) const { return encode(text, add_bos_ || text.empty()); }
 
   /// Step 3 of encode alone: code points → ids or byte-fallback ids (no dummy prefix, no merges).
   void split_code_points(std::string_view text, std::vector<Token>& out) const {
@@ -405,6 +414,7 @@ class Tokenizer {
   std::unordered_map<std::string_view, Token> lookup_;
   Token space_id_ = -1;
   bool dummy_prefix_ = true;
+  bool add_bos_ = true;
   std::array<Token, 256> single_byte_id_{};  // id of the 1-byte piece of each byte value, or −1
   std::vector<Token> canonical_;             // [vocab] first id with the same piece
   struct Slot {

@@ -305,7 +305,7 @@ int tool_main(int argc, const char* const* argv) {
   std::vector<Prepared> reqs;
   for (auto& s : specs) {
     Prepared p{s, {}, {}};
-    if (s.prompt) p.prompt = tok.encode(*s.prompt, true);
+    if (s.prompt) p.prompt = tok.encode_prompt(*s.prompt);
     else p.prompt = *s.prompt_ids;
     for (const barato::Token t : p.prompt)
       if (static_cast<std::size_t>(t) >= config.vocab_size)

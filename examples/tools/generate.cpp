@@ -162,7 +162,7 @@ int tool_main(int argc, const char* const* argv) {
   // at run time (the file's, fp32, or quantized: nn::AnyLinear; models/weight_formats.hpp).
   const ModelFile model = ModelFile::open(args.model, args.context);
   const Tokenizer tok = model.tokenizer(args.tokenizer, data_dir() / "stories260K/tok512.bin");
-  const std::vector<Token> prompt_ids = tok.encode(args.prompt, true);
+  const std::vector<Token> prompt_ids = tok.encode_prompt(args.prompt);
   std::size_t steps = args.steps;
   if (steps == 0 || steps > model.config().seq_len) steps = model.config().seq_len;  // as run.c
   const Context cx{args, model, tok, prompt_ids, mem, steps};

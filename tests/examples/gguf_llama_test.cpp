@@ -16,6 +16,7 @@
 
 #include "models/generate.hpp"
 #include "models/gguf.hpp"
+#include "models/gguf_export.hpp"
 #include "models/gguf_llama.hpp"
 #include "models/gguf_writer.hpp"
 #include "models/llama.hpp"
@@ -318,7 +319,8 @@ TEST_CASE("gguf llama: stories260K rewritten by GgufWriter with F16 / BF16 matri
 
 TEST_CASE("gguf llama: tokenizer metadata errors are named") {
   const auto make = [](const char* model, bool swap_bytes, std::size_t n_scores, std::int32_t bos,
-                       std::optional<GgufWriteValue> space_prefix = std::nullopt) {
+                       std::optional<GgufWriteValue> space_prefix = std::nullopt,
+                       std::optional<GgufWriteValue> add_bos = std::nullopt) {
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
     for (int b = 0; b < 256; ++b) {
       char buf[8];
@@ -336,6 +338,7 @@ TEST_CASE("gguf llama: tokenizer metadata errors are named") {
     w.add("tokenizer.ggml.token_type", GgufWriteValue::numbers<std::int32_t>(GgufValueType::i32, types));
     w.add("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(static_cast<std::uint32_t>(bos)));
     if (space_prefix) w.add("tokenizer.ggml.add_space_prefix", *space_prefix);
+    if (add_bos) w.add("tokenizer.ggml.add_bos_token", *add_bos);
     return GgufFile::from_bytes("tok.gguf", w.bytes());
   };
   const auto message = [](const GgufFile& f) -> std::string {
@@ -363,4 +366,28 @@ TEST_CASE("gguf llama: tokenizer metadata errors are named") {
   CHECK(plain.encode("", true) == std::vector<Token>{1});
   CHECK(message(make("llama", false, 262, 1, GgufWriteValue::u8(0))).find("add_space_prefix: expected a bool, found u8") !=
         std::string::npos);
+  // tokenizer.ggml.add_bos_token: true is the default; false: a prompt starts without BOS (an empty
+  // one still gets BOS, the token a decoder starts from); encode's explicit flag is unchanged.
+  CHECK(t.add_bos());
+  CHECK(t.encode_prompt("a a") == std::vector<Token>{1, 261, 261});
+  CHECK(gguf_tokenizer(make("llama", false, 262, 1, std::nullopt, GgufWriteValue::boolean(true))).encode_prompt("a") ==
+        std::vector<Token>{1, 261});
+  const Tokenizer no_bos = gguf_tokenizer(make("llama", false, 262, 1, GgufWriteValue::boolean(false), GgufWriteValue::boolean(false)));
+  CHECK(!no_bos.add_bos());
+  CHECK(no_bos.encode_prompt("a a") == std::vector<Token>{260, 261});
+  CHECK(no_bos.encode_prompt("") == std::vector<Token>{1});
+  CHECK(no_bos.encode("a a", true) == std::vector<Token>{1, 260, 261});
+  CHECK(message(make("llama", false, 262, 1, std::nullopt, GgufWriteValue::string("no"))).find("add_bos_token: expected a bool, found string") !=
+        std::string::npos);
+  // The exporter's vocabulary keeps both flags (written only when off: llama.cpp's converter writes neither).
+  for (const Tokenizer* src : {&t, &no_bos}) {
+    GgufWriter w;
+    barato_examples::detail::add_llama2c_vocabulary(w, *src);
+    const GgufFile back = GgufFile::from_bytes("vocab.gguf", w.bytes());
+    CHECK((back.find("tokenizer.ggml.add_bos_token") == nullptr) == src->add_bos());
+    const Tokenizer r = gguf_tokenizer(back);
+    CHECK(r.add_bos() == src->add_bos());
+    CHECK(r.dummy_prefix() == src->dummy_prefix());
+    CHECK(r.encode_prompt("a a") == src->encode_prompt("a a"));
+  }
 }
