@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <set>
 #include <span>
@@ -165,73 +166,59 @@ class GgufWriter {
   /// Adds a tensor of ggml type `type` with dims `ne` (ne0 = fastest-varying first, 1–4 dims) and
   /// its bytes (copied).
   GgufWriter& add_tensor(std::string name, GgmlType type, std::vector<std::uint64_t> ne, std::span<const std::byte> data) {
-    barato::require<barato::value_error>(!names_.contains(name), "GgufWriter: duplicate tensor \"", name, "\"");
-    barato::require(!ne.empty() && ne.size() <= kGgufMaxDims, "GgufWriter: tensor \"", name, "\" has ", ne.size(),
-                    " dims, expected 1..4");
-    GgmlTypeTraits tr;
-    barato::require<barato::value_error>(ggml_type_traits(static_cast<std::uint32_t>(type), tr), "GgufWriter: tensor \"", name,
-                                         "\" has ggml type ", static_cast<std::uint32_t>(type), ", not one of F32, F16, BF16, Q8_0, Q4_0");
-    std::uint64_t n = 1;
-    for (const auto d : ne) n *= d;
-    barato::require(ne[0] % tr.block == 0, "GgufWriter: tensor \"", name, "\" ne0 = ", ne[0], " is not a multiple of ", tr.block);
-    const std::uint64_t bytes = n / tr.block * tr.block_bytes;
+    const std::uint64_t bytes = checked_bytes(name, type, ne);
     barato::require(data.size() == bytes, "GgufWriter: tensor \"", name, "\" of type ", ggml_type_name(static_cast<std::uint32_t>(type)),
                     " needs ", bytes, " bytes, got ", data.size());
     names_.insert(name);  // only once the tensor is accepted
-    tensors_.push_back(Tensor{std::move(name), type, std::move(ne), std::vector<std::byte>(data.begin(), data.end())});
+    tensors_.push_back(Tensor{std::move(name), type, std::move(ne), bytes, std::vector<std::byte>(data.begin(), data.end()), {}});
     return *this;
   }
   /// An F32 tensor from floats.
   GgufWriter& add_tensor_f32(std::string name, std::vector<std::uint64_t> ne, std::span<const float> data) {
     return add_tensor(std::move(name), GgmlType::f32, std::move(ne), std::as_bytes(data));
   }
+  /// Adds a tensor whose bytes `produce()` makes when the file is written (`bytes`, `write`), and
+  /// which are dropped once written: `write` then holds one such tensor's bytes at a time. The
+  /// header is written before any producer runs (offsets come from `type` and `ne`); a producer that
+  /// returns the wrong byte count, or throws, fails the write. Whatever `produce` refers to must
+  /// outlive the writing.
+  GgufWriter& add_tensor_deferred(std::string name, GgmlType type, std::vector<std::uint64_t> ne,
+                                  std::function<std::vector<std::byte>()> produce) {
+    barato::require<barato::value_error>(static_cast<bool>(produce), "GgufWriter: tensor \"", name, "\" has no producer");
+    const std::uint64_t bytes = checked_bytes(name, type, ne);
+    names_.insert(name);
+    tensors_.push_back(Tensor{std::move(name), type, std::move(ne), bytes, {}, std::move(produce)});
+    return *this;
+  }
+
+  /// The data bytes a tensor of `type` and dims `ne` takes (`value_error` / `shape_error` as `add_tensor`).
+  [[nodiscard]] static std::uint64_t tensor_bytes(GgmlType type, std::span<const std::uint64_t> ne) {
+    GgmlTypeTraits tr;
+    barato::require<barato::value_error>(ggml_type_traits(static_cast<std::uint32_t>(type), tr), "GgufWriter: ggml type ",
+                                         static_cast<std::uint32_t>(type), " is not one barato writes");
+    barato::require(!ne.empty() && ne[0] % tr.block == 0, "GgufWriter: ne0 is not a multiple of ", tr.block);
+    std::uint64_t n = 1;
+    for (const auto d : ne) n *= d;
+    return n / tr.block * tr.block_bytes;
+  }
 
   /// The whole file.
   [[nodiscard]] std::vector<std::byte> bytes() const {
     std::vector<std::byte> out;
-    const auto put = [&](const auto& x) {
-      const auto* p = reinterpret_cast<const std::byte*>(&x);
-      out.insert(out.end(), p, p + sizeof(x));
-    };
-    const auto put_string = [&](std::string_view s) {
-      put(static_cast<std::uint64_t>(s.size()));
-      const auto* p = reinterpret_cast<const std::byte*>(s.data());
-      out.insert(out.end(), p, p + s.size());
-    };
-    const auto pad = [&] { out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, std::byte{0}); };
-    out.insert(out.end(), reinterpret_cast<const std::byte*>(kGgufMagic.data()),
-               reinterpret_cast<const std::byte*>(kGgufMagic.data()) + 4);
-    put(std::uint32_t{3});
-    put(static_cast<std::uint64_t>(tensors_.size()));
-    put(static_cast<std::uint64_t>(kv_.size()));
-    for (const auto& [key, v] : kv_) {
-      put_string(key);
-      put(static_cast<std::uint32_t>(v.type()));
-      out.insert(out.end(), v.payload().begin(), v.payload().end());
-    }
-    std::uint64_t offset = 0;
-    for (const auto& t : tensors_) {
-      put_string(t.name);
-      put(static_cast<std::uint32_t>(t.ne.size()));
-      for (const auto d : t.ne) put(d);
-      put(static_cast<std::uint32_t>(t.type));
-      put(offset);
-      offset = (offset + t.data.size() + alignment_ - 1) / alignment_ * alignment_;
-    }
-    pad();
-    for (const auto& t : tensors_) {
-      out.insert(out.end(), t.data.begin(), t.data.end());
-      pad();
-    }
+    emit([&](std::span<const std::byte> b) { out.insert(out.end(), b.begin(), b.end()); });
     return out;
   }
 
-  /// Writes the file; throws `barato::io_error` when it cannot be written.
+  /// Writes the file, header first, then each tensor's bytes (deferred ones made then, one at a
+  /// time); throws `barato::io_error` when it cannot be written, and what a producer throws.
   void write(const std::filesystem::path& path) const {
-    const auto b = bytes();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw barato::io_error(path.string() + ": cannot create GGUF file");
-    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    emit([&](std::span<const std::byte> b) {
+      out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+      if (!out) throw barato::io_error(path.string() + ": write failed");
+    });
+    out.flush();
     if (!out) throw barato::io_error(path.string() + ": write failed");
   }
 
@@ -240,8 +227,72 @@ class GgufWriter {
     std::string name;
     GgmlType type;
     std::vector<std::uint64_t> ne;
-    std::vector<std::byte> data;
+    std::uint64_t bytes;                               // data bytes (from type and ne)
+    std::vector<std::byte> data;                       // the bytes, or empty when deferred
+    std::function<std::vector<std::byte>()> produce;   // set when deferred
   };
+
+  /// Checks a new tensor's name, dims and type; returns its byte count.
+  std::uint64_t checked_bytes(const std::string& name, GgmlType type, std::span<const std::uint64_t> ne) const {
+    barato::require<barato::value_error>(!names_.contains(name), "GgufWriter: duplicate tensor \"", name, "\"");
+    barato::require(!ne.empty() && ne.size() <= kGgufMaxDims, "GgufWriter: tensor \"", name, "\" has ", ne.size(),
+                    " dims, expected 1..4");
+    GgmlTypeTraits tr;
+    barato::require<barato::value_error>(ggml_type_traits(static_cast<std::uint32_t>(type), tr), "GgufWriter: tensor \"", name,
+                                         "\" has ggml type ", static_cast<std::uint32_t>(type), ", not one barato writes");
+    barato::require(ne[0] % tr.block == 0, "GgufWriter: tensor \"", name, "\" ne0 = ", ne[0], " is not a multiple of ", tr.block);
+    return tensor_bytes(type, ne);
+  }
+
+  /// Passes the file to `sink` in pieces, in order.
+  template <class Sink>
+  void emit(Sink&& sink) const {
+    std::vector<std::byte> head;
+    const auto put = [&](const auto& x) {
+      const auto* p = reinterpret_cast<const std::byte*>(&x);
+      head.insert(head.end(), p, p + sizeof(x));
+    };
+    const auto put_string = [&](std::string_view s) {
+      put(static_cast<std::uint64_t>(s.size()));
+      const auto* p = reinterpret_cast<const std::byte*>(s.data());
+      head.insert(head.end(), p, p + s.size());
+    };
+    const auto padding = [&](std::uint64_t n) { return static_cast<std::size_t>((alignment_ - n % alignment_) % alignment_); };
+    head.insert(head.end(), reinterpret_cast<const std::byte*>(kGgufMagic.data()),
+                reinterpret_cast<const std::byte*>(kGgufMagic.data()) + 4);
+    put(std::uint32_t{3});
+    put(static_cast<std::uint64_t>(tensors_.size()));
+    put(static_cast<std::uint64_t>(kv_.size()));
+    for (const auto& [key, v] : kv_) {
+      put_string(key);
+      put(static_cast<std::uint32_t>(v.type()));
+      head.insert(head.end(), v.payload().begin(), v.payload().end());
+    }
+    std::uint64_t offset = 0;
+    for (const auto& t : tensors_) {
+      put_string(t.name);
+      put(static_cast<std::uint32_t>(t.ne.size()));
+      for (const auto d : t.ne) put(d);
+      put(static_cast<std::uint32_t>(t.type));
+      put(offset);
+      offset += t.bytes + padding(t.bytes);
+    }
+    head.resize(head.size() + padding(head.size()), std::byte{0});
+    sink(std::span<const std::byte>(head));
+    const std::vector<std::byte> zeros(alignment_, std::byte{0});
+    for (const auto& t : tensors_) {
+      if (t.produce) {
+        const std::vector<std::byte> b = t.produce();
+        barato::require(b.size() == t.bytes, "GgufWriter: tensor \"", t.name, "\" of type ", ggml_type_name(static_cast<std::uint32_t>(t.type)),
+                        " needs ", t.bytes, " bytes, its producer made ", b.size());
+        sink(std::span<const std::byte>(b));
+      } else {
+        sink(std::span<const std::byte>(t.data));
+      }
+      sink(std::span<const std::byte>(zeros).first(padding(t.bytes)));
+    }
+  }
+
   std::vector<std::pair<std::string, GgufWriteValue>> kv_;
   std::set<std::string, std::less<>> keys_, names_;
   std::vector<Tensor> tensors_;

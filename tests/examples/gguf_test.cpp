@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -365,6 +366,45 @@ TEST_CASE("gguf writer: rejects bad descriptions") {
   // A rejected tensor or key leaves no trace: the name can be used again.
   CHECK_NOTHROW(w.add_tensor_f32("q", {8}, x));
   CHECK_NOTHROW(w.add("general.alignment", V::u32(64)));
+}
+
+TEST_CASE("gguf writer: deferred tensors are made at write time and give the same file") {
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8}, y = {-1, 0.5f, 2, 4};
+  const auto bytes_of = [](const std::vector<float>& v) {
+    const auto b = std::as_bytes(std::span<const float>(v));
+    return std::vector<std::byte>(b.begin(), b.end());
+  };
+  GgufWriter eager, lazy;
+  for (GgufWriter* w : {&eager, &lazy}) w->add("general.alignment", V::u32(64)).add("k", V::string("v"));
+  eager.add_tensor_f32("a", {8}, x).add_tensor_f32("b", {2, 2}, y);
+  int calls = 0;
+  lazy.add_tensor_deferred("a", GgmlType::f32, {8}, [&] { ++calls; return bytes_of(x); });
+  lazy.add_tensor_f32("b", {2, 2}, y);
+  CHECK(calls == 0);  // nothing is made before the file is
+  const auto want = eager.bytes();
+  CHECK(lazy.bytes() == want);
+  CHECK(calls == 1);
+  const auto p = std::filesystem::temp_directory_path() / ("barato_gguf_deferred_" + std::to_string(::getpid()) + ".gguf");
+  lazy.write(p);
+  CHECK(calls == 2);
+  {
+    std::ifstream in(p, std::ios::binary);
+    const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(std::equal(file.begin(), file.end(), reinterpret_cast<const char*>(want.data()),
+                     reinterpret_cast<const char*>(want.data()) + want.size()));
+  }
+  std::filesystem::remove(p);
+  CHECK(GgufWriter::tensor_bytes(GgmlType::q8_0, std::vector<std::uint64_t>{64, 3}) == 6 * 34);
+  // A producer's wrong byte count or exception fails the write; a bad description fails at once.
+  GgufWriter bad;
+  bad.add_tensor_deferred("short", GgmlType::f32, {8}, [&] { return bytes_of(y); });
+  CHECK_THROWS_WITH_AS((void)bad.bytes(), doctest::Contains("needs 32 bytes, its producer made 16"), barato::shape_error);
+  GgufWriter throws;
+  throws.add_tensor_deferred("t", GgmlType::f32, {8}, []() -> std::vector<std::byte> { throw barato::format_error("src.gguf", 7, "bad block"); });
+  CHECK_THROWS_AS((void)throws.bytes(), barato::format_error);
+  CHECK_THROWS_AS(throws.add_tensor_deferred("t", GgmlType::f32, {8}, [&] { return bytes_of(x); }), barato::value_error);
+  CHECK_THROWS_AS(throws.add_tensor_deferred("u", GgmlType::f32, {8}, {}), barato::value_error);
+  CHECK_THROWS_AS(throws.add_tensor_deferred("v", GgmlType::q4_0, {8}, [&] { return bytes_of(x); }), barato::shape_error);
 }
 
 TEST_CASE("gguf: is_gguf_file reads the magic, not the extension") {
