@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <string_view>
@@ -142,79 +143,142 @@ inline void add_llama2c_vocabulary(GgufWriter& w, const Tokenizer& tok) {
   if (!tok.add_bos()) w.add("tokenizer.ggml.add_bos_token", GgufWriteValue::boolean(false));
 }
 
+/// One tensor of a llama GGUF file: its name, [rows, cols] (a 1-D tensor has rows = 1) and whether
+/// it is a matrix (written in the target type) or a norm gain (F32).
+struct LlamaTensorSlot {
+  std::string name;
+  std::size_t rows = 0, cols = 0;
+  bool matrix = false;
+};
+
+/// The tensors of a llama model in the order barato writes them (llama.cpp's converter's order):
+/// token_embd, each block's attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
+/// ffn_down, ffn_up, then output_norm and (when not tied) output.
+[[nodiscard]] inline std::vector<LlamaTensorSlot> llama_tensor_slots(const LlamaConfig& c) {
+  std::vector<LlamaTensorSlot> s;
+  s.push_back({"token_embd.weight", c.vocab_size, c.dim, true});
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    s.push_back({p + "attn_norm.weight", 1, c.dim, false});
+    s.push_back({p + "attn_q.weight", c.q_dim(), c.dim, true});
+    s.push_back({p + "attn_k.weight", c.kv_dim(), c.dim, true});
+    s.push_back({p + "attn_v.weight", c.kv_dim(), c.dim, true});
+    s.push_back({p + "attn_output.weight", c.dim, c.q_dim(), true});
+    s.push_back({p + "ffn_norm.weight", 1, c.dim, false});
+    s.push_back({p + "ffn_gate.weight", c.hidden_dim, c.dim, true});
+    s.push_back({p + "ffn_down.weight", c.dim, c.hidden_dim, true});
+    s.push_back({p + "ffn_up.weight", c.hidden_dim, c.dim, true});
+  }
+  s.push_back({"output_norm.weight", 1, c.dim, false});
+  if (!c.shared_classifier) s.push_back({"output.weight", c.vocab_size, c.dim, true});
+  return s;
+}
+
+/// The metadata of the exported file: `source`'s keys (general.file_type rewritten), or the llama
+/// keys of `c` and the vocabulary of `tok` when `source` is null.
+inline void add_llama_metadata(GgufWriter& out, const LlamaConfig& c, const Tokenizer& tok, GgmlType type, const GgufFile* source,
+                               std::string_view name) {
+  barato::require<barato::value_error>(c.rope_style == RopeStyle::adjacent,
+                                       "export_llama_gguf: a GGUF llama uses adjacent-pair RoPE; this model does not");
+  barato::require<barato::value_error>(tok.vocab_size() == c.vocab_size, "export_llama_gguf: tokenizer of ", tok.vocab_size(),
+                                       " pieces for a vocabulary of ", c.vocab_size);
+  if (source != nullptr) {
+    for (const auto& [key, value] : source->metadata())
+      if (key != "general.file_type") out.add(std::string(key), gguf_write_value(value));
+    out.add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)));
+    return;
+  }
+  const auto u32 = [](std::size_t v) { return GgufWriteValue::u32(static_cast<std::uint32_t>(v)); };
+  out.add("general.architecture", GgufWriteValue::string("llama"))
+      .add("general.name", GgufWriteValue::string(name))
+      .add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)))
+      .add("llama.context_length", u32(c.seq_len))
+      .add("llama.embedding_length", u32(c.dim))
+      .add("llama.block_count", u32(c.n_layers))
+      .add("llama.feed_forward_length", u32(c.hidden_dim))
+      .add("llama.rope.dimension_count", u32(c.head_dim))
+      .add("llama.attention.head_count", u32(c.n_heads))
+      .add("llama.attention.head_count_kv", u32(c.n_kv_heads))
+      .add("llama.attention.layer_norm_rms_epsilon", GgufWriteValue::f32(c.norm_eps))
+      .add("llama.rope.freq_base", GgufWriteValue::f32(c.rope_base));
+  add_llama2c_vocabulary(out, tok);
+}
+
+/// Adds tensor `slot` to `e` in the type the rules give it: `source`'s bytes when its tensor of that
+/// name already has the type, else `encode` of `values()` (the fp32 values, [rows · cols]). Deferred:
+/// the bytes are made when the writer writes (`values` and `source` must live until then).
+template <bool Deferred, class Values>
+void add_llama_tensor(GgufExport& e, const LlamaTensorSlot& slot, GgmlType type, const GgufFile* source, Values values) {
+  GgmlType t = slot.matrix ? type : GgmlType::f32;
+  if ((t == GgmlType::q8_0 || t == GgmlType::q4_0) && slot.cols % 32 != 0) {
+    t = GgmlType::f16;
+    e.fallbacks.push_back(slot.name + ": " + std::to_string(slot.cols) + " columns, not a multiple of 32 (ggml's block): F16");
+  }
+  std::vector<std::uint64_t> ne = slot.matrix ? std::vector<std::uint64_t>{slot.cols, slot.rows} : std::vector<std::uint64_t>{slot.cols};
+  const GgufTensor* src = source != nullptr ? source->tensor(slot.name) : nullptr;
+  const bool copy = src != nullptr && src->type == static_cast<std::uint32_t>(t);
+  const auto make = [t, copy, src, rows = slot.rows, cols = slot.cols, values]() -> std::vector<std::byte> {
+    if (copy) return std::vector<std::byte>(src->data.begin(), src->data.end());
+    const auto x = values();
+    return gguf_encode(t, rows, cols, std::span<const float>(x.data(), x.size()));
+  };
+  e.copied += copy;
+  e.tensor_bytes += GgufWriter::tensor_bytes(t, ne);
+  if constexpr (Deferred) {
+    e.writer.add_tensor_deferred(slot.name, t, std::move(ne), make);
+  } else {
+    e.writer.add_tensor(slot.name, t, std::move(ne), make());
+  }
+  ++e.tensors;
+}
+
 }  // namespace detail
 
 /// The GGUF file of `w` (fp32 values: a llama2.c checkpoint, or a GGUF file dequantized exactly) with
 /// its matrices in `type`; `source` is the GGUF file `w` was read from (metadata and same-type tensors
 /// copied) or null, in which case `tok` supplies the vocabulary and `name` the `general.name`.
+/// The tensors' bytes are made here (the export holds the output's tensor data).
 [[nodiscard]] inline GgufExport export_llama_gguf(const LlamaWeights<barato::nn::DenseLinear>& w, const Tokenizer& tok,
                                                   GgmlType type, const GgufFile* source, std::string_view name = "barato") {
   const LlamaConfig& c = w.config;
-  barato::require<barato::value_error>(c.rope_style == RopeStyle::adjacent,
-                                       "export_llama_gguf: a GGUF llama uses adjacent-pair RoPE; this model does not");
-  barato::require<barato::value_error>(tok.vocab_size() == c.vocab_size, "export_llama_gguf: tokenizer of ", tok.vocab_size(),
-                                       " pieces for a vocabulary of ", c.vocab_size);
   GgufExport e;
-  GgufWriter& out = e.writer;
-  if (source != nullptr) {
-    for (const auto& [key, value] : source->metadata())
-      if (key != "general.file_type") out.add(std::string(key), gguf_write_value(value));
-    out.add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)));
-  } else {
-    const auto u32 = [](std::size_t v) { return GgufWriteValue::u32(static_cast<std::uint32_t>(v)); };
-    out.add("general.architecture", GgufWriteValue::string("llama"))
-        .add("general.name", GgufWriteValue::string(name))
-        .add("general.file_type", GgufWriteValue::u32(gguf_file_type(type)))
-        .add("llama.context_length", u32(c.seq_len))
-        .add("llama.embedding_length", u32(c.dim))
-        .add("llama.block_count", u32(c.n_layers))
-        .add("llama.feed_forward_length", u32(c.hidden_dim))
-        .add("llama.rope.dimension_count", u32(c.head_dim))
-        .add("llama.attention.head_count", u32(c.n_heads))
-        .add("llama.attention.head_count_kv", u32(c.n_kv_heads))
-        .add("llama.attention.layer_norm_rms_epsilon", GgufWriteValue::f32(c.norm_eps))
-        .add("llama.rope.freq_base", GgufWriteValue::f32(c.rope_base));
-    detail::add_llama2c_vocabulary(out, tok);
+  detail::add_llama_metadata(e.writer, c, tok, type, source, name);
+  std::vector<std::span<const float>> values{w.token_embedding.span()};
+  for (const auto& L : w.layers)
+    for (const auto v : {L.rms_att.span(), L.wq.weights(), L.wk.weights(), L.wv.weights(), L.wo.weights(), L.rms_ffn.span(),
+                         L.w1.weights(), L.w2.weights(), L.w3.weights()})
+      values.push_back(v);
+  values.push_back(w.rms_final.span());
+  if (!c.shared_classifier) values.push_back(w.classifier.weights());
+  const auto slots = detail::llama_tensor_slots(c);
+  barato::require(values.size() == slots.size(), "export_llama_gguf: ", values.size(), " tensors for ", slots.size(), " slots");
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    barato::require(values[i].size() == slots[i].rows * slots[i].cols, "export_llama_gguf: ", slots[i].name, " has ",
+                    values[i].size(), " values, expected ", slots[i].rows * slots[i].cols);
+    detail::add_llama_tensor<false>(e, slots[i], type, source, [v = values[i]] { return v; });
   }
+  return e;
+}
 
-  const auto put = [&](const std::string& tensor, std::span<const float> x, std::size_t rows, std::size_t cols, bool matrix) {
-    GgmlType t = matrix ? type : GgmlType::f32;
-    if ((t == GgmlType::q8_0 || t == GgmlType::q4_0) && cols % 32 != 0) {
-      t = GgmlType::f16;
-      e.fallbacks.push_back(tensor + ": " + std::to_string(cols) + " columns, not a multiple of 32 (ggml's block): F16");
-    }
-    std::vector<std::byte> bytes;
-    const GgufTensor* src = source != nullptr ? source->tensor(tensor) : nullptr;
-    if (src != nullptr && src->type == static_cast<std::uint32_t>(t)) {
-      bytes.assign(src->data.begin(), src->data.end());
-      ++e.copied;
-    } else {
-      bytes = detail::gguf_encode(t, rows, cols, x);
-    }
-    std::vector<std::uint64_t> ne = matrix ? std::vector<std::uint64_t>{cols, rows} : std::vector<std::uint64_t>{cols};
-    e.tensor_bytes += bytes.size();
-    out.add_tensor(tensor, t, std::move(ne), bytes);
-    ++e.tensors;
-  };
-  const auto mat = [&](const std::string& tensor, const barato::nn::DenseLinear& m) { put(tensor, m.weights(), m.rows(), m.cols(), true); };
-  const auto vec = [&](const std::string& tensor, const barato::Buffer<float>& v) { put(tensor, v.span(), 1, v.size(), false); };
-
-  put("token_embd.weight", w.token_embedding.span(), c.vocab_size, c.dim, true);
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const auto& L = w.layers[l];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    vec(p + "attn_norm.weight", L.rms_att);
-    mat(p + "attn_q.weight", L.wq);
-    mat(p + "attn_k.weight", L.wk);
-    mat(p + "attn_v.weight", L.wv);
-    mat(p + "attn_output.weight", L.wo);
-    vec(p + "ffn_norm.weight", L.rms_ffn);
-    mat(p + "ffn_gate.weight", L.w1);
-    mat(p + "ffn_down.weight", L.w2);
-    mat(p + "ffn_up.weight", L.w3);
+/// The same file as `export_llama_gguf(load_gguf_llama_fp32(f, c), tok, type, metadata, name)` for a
+/// GGUF model `f`, made tensor by tensor when the writer writes: each tensor is dequantized from `f`,
+/// encoded, written and freed, so neither the fp32 model nor the output's tensor data is ever held
+/// (peak: one tensor's fp32 values and bytes; what makes a model larger than memory convertible).
+/// `metadata` is `&f` (its keys copied, and its tensors already in their target type copied byte
+/// for byte) or null (`tok` and `name` as in `export_llama_gguf`; every tensor encoded). Every tensor's presence and shape is checked
+/// here (`format_error` naming it); `f` must outlive the writing. `mr` holds the fp32 values.
+[[nodiscard]] inline GgufExport export_gguf_llama_streamed(const GgufFile& f, const LlamaConfig& c, const Tokenizer& tok, GgmlType type,
+                                                           const GgufFile* metadata, std::string_view name = "barato",
+                                                           std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+  GgufExport e;
+  detail::add_llama_metadata(e.writer, c, tok, type, metadata, name);
+  for (const auto& slot : detail::llama_tensor_slots(c)) {
+    const GgufTensor& t = slot.matrix ? detail::gguf_tensor(f, slot.name, {slot.cols, slot.rows})
+                                      : detail::gguf_tensor(f, slot.name, {slot.cols});
+    detail::add_llama_tensor<true>(e, slot, type, metadata, [&f, &t, mr] {
+      return gguf_tensor_fp32(t, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset));
+    });
   }
-  vec("output_norm.weight", w.rms_final);
-  if (!c.shared_classifier) mat("output.weight", w.classifier);
   return e;
 }
 

@@ -46,10 +46,13 @@ int tool_main(int argc, const char* const* argv) {
     throw CliError("--out must not be the --model file (it is read while the output is written)");
 
   const ModelFile model = ModelFile::open(model_path);
-  const auto w = model.fp32_weights();
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
-  const GgufExport e = export_llama_gguf(w, tok, type, tok_path.empty() ? model.gguf_file() : nullptr,
-                                         fs::path(model_path).stem().string());
+  const GgufFile* metadata = tok_path.empty() ? model.gguf_file() : nullptr;
+  const std::string name = fs::path(model_path).stem().string();
+  // A GGUF model goes tensor by tensor while the file is written (never the whole fp32 model in
+  // memory); a llama2.c checkpoint is read whole (its loader has no per-tensor path).
+  const GgufExport e = model.is_gguf() ? export_gguf_llama_streamed(*model.gguf_file(), model.config(), tok, type, metadata, name)
+                                       : export_llama_gguf(model.fp32_weights(), tok, type, nullptr, name);
   // Write to a temporary name first, so a failed run never leaves a partial file under --out.
   const fs::path tmp = out_path + ".tmp";
   try {

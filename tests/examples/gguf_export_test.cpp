@@ -1,7 +1,8 @@
 // Tests of writing a Llama decoder back as GGUF (examples/models/gguf_export.hpp, barato_quantize):
 // a written file reads back as the same model (weights bit for bit, the same vocabulary, run.c's greedy
 // ids); Q8_0 / Q4_0 tensor data equals, byte for byte, what llama.cpp's quantizer wrote for the same F32
-// tensors; matrices of a width that is not a multiple of 32 fall back to F16 and are named.
+// tensors; matrices of a width that is not a multiple of 32 fall back to F16 and are named; the export
+// streamed from a GGUF file tensor by tensor writes the same file holding one tensor at a time.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,13 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "barato/core/memory.hpp"
 #include "models/generate.hpp"
 #include "models/gguf.hpp"
 #include "models/gguf_export.hpp"
 #include "models/gguf_llama.hpp"
+#include "models/gguf_writer.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/ggml_pack.hpp"
 #include "support/greedy.hpp"
 #include "support/reference_file.hpp"
 
@@ -158,4 +162,87 @@ TEST_CASE("gguf export: widths that are not a multiple of 32 stay F16 and are na
   const auto q = greedy_ids(load_gguf_llama(f, c), prompt, 12);
   const auto ref = greedy_ids(w, prompt, 12);
   CHECK(std::vector<int>(q.begin(), q.begin() + 3) == std::vector<int>(ref.begin(), ref.begin() + 3));
+}
+
+TEST_CASE("gguf export: streamed from a GGUF file, tensor by tensor, gives the loaded model's file and holds one tensor") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-h192-q4_0.gguf");
+  if (dir.empty()) return;
+  for (const std::string file : {"stories260K-f32.gguf", "stories260K-h192-f32.gguf", "stories260K-h192-q8_0.gguf",
+                                 "stories260K-h192-q4_0.gguf"}) {
+    const GgufFile src = GgufFile::open(dir / "stories260K" / file);
+    const LlamaConfig c = gguf_llama_config(src, 512);
+    const auto w = load_gguf_llama_fp32(src, c);
+    const Tokenizer tok = gguf_tokenizer(src);
+    std::size_t largest = 0, total = 0;
+    for (const auto& slot : detail::llama_tensor_slots(c)) {
+      largest = std::max(largest, slot.rows * slot.cols);
+      total += slot.rows * slot.cols;
+    }
+    for (const std::string type : {"f32", "f16", "q8_0", "q4_0"})
+      for (const GgufFile* metadata : {&src, static_cast<const GgufFile*>(nullptr)}) {
+        const std::string how = metadata != nullptr ? " (source metadata)" : " (vocabulary from tok)";
+        INFO(file << " -> " << type << how);
+        const GgmlType t = parse_gguf_type(type);
+        const GgufExport whole = export_llama_gguf(w, tok, t, metadata, "s");
+        barato::CountingResource mem;
+        const GgufExport streamed = export_gguf_llama_streamed(src, c, tok, t, metadata, "s", &mem);
+        CHECK(mem.peak() == 0);  // nothing is dequantized before the file is written
+        CHECK(streamed.writer.bytes() == whole.writer.bytes());
+        CHECK(streamed.fallbacks == whole.fallbacks);
+        CHECK(streamed.tensors == whole.tensors);
+        CHECK(streamed.copied == whole.copied);
+        CHECK(streamed.tensor_bytes == whole.tensor_bytes);
+        // One tensor's fp32 values at a time (at most the largest), far below the model's; none when
+        // every tensor is copied from the source.
+        CHECK((mem.peak() > 0) == (streamed.copied < streamed.tensors));
+        CHECK(mem.peak() <= largest * sizeof(float) + 64);
+        CHECK(mem.peak() < total * sizeof(float) / 4);
+        CHECK(mem.current() == 0);
+      }
+  }
+}
+
+TEST_CASE("gguf export: streamed export checks every tensor before anything is written") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-h192-f32.gguf");
+  if (dir.empty()) return;
+  const GgufFile src = GgufFile::open(dir / "stories260K/stories260K-h192-f32.gguf");
+  const LlamaConfig c = gguf_llama_config(src, 512);
+  const auto without = [&](const std::string& drop, std::uint64_t cut) {  // src without one tensor, or with one a row short
+    GgufWriter w;
+    for (const auto& [key, v] : src.metadata()) w.add(std::string(key), gguf_write_value(v));
+    for (const auto& t : src.tensors()) {
+      if (t.name == drop && cut == 0) continue;
+      std::vector<std::uint64_t> ne(t.ne.begin(), t.ne.end());
+      std::span<const std::byte> data = t.data;
+      if (t.name == drop) {
+        ne.back() -= cut;
+        data = data.first(data.size() - cut * data.size() / (ne.back() + cut));
+      }
+      w.add_tensor(std::string(t.name), static_cast<GgmlType>(t.type), ne, data);
+    }
+    return GgufFile::from_bytes("broken.gguf", w.bytes());
+  };
+  const Tokenizer tok = gguf_tokenizer(src);
+  const GgufFile missing = without("blk.1.ffn_up.weight", 0);
+  CHECK_THROWS_WITH_AS((void)export_gguf_llama_streamed(missing, c, tok, GgmlType::q8_0, &missing),
+                       doctest::Contains("blk.1.ffn_up.weight"), barato::format_error);
+  const GgufFile short_rows = without("blk.0.attn_k.weight", 1);
+  CHECK_THROWS_WITH_AS((void)export_gguf_llama_streamed(short_rows, c, tok, GgmlType::q8_0, &short_rows),
+                       doctest::Contains("blk.0.attn_k.weight"), barato::format_error);
+}
+
+TEST_CASE("gguf export: streamed from a file in all ten block types, the same file as from its F32 twin") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/tok512.bin");
+  if (dir.empty()) return;
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", 512);
+  const barato::test::BlockTypeModel model = barato::test::block_type_model(tok, 5);
+  const GgufFile blocks = GgufFile::from_bytes("blocks.gguf", model.blocks), f32 = GgufFile::from_bytes("f32.gguf", model.f32);
+  const LlamaConfig c = gguf_llama_config(blocks, 0);
+  for (const GgmlType t : {GgmlType::f32, GgmlType::q8_0, GgmlType::q4_0}) {
+    INFO(ggml_type_name(static_cast<std::uint32_t>(t)));
+    // Without the source's metadata nothing is copied: both files are the F32 values encoded.
+    const auto a = export_gguf_llama_streamed(blocks, c, tok, t, nullptr, "m").writer.bytes();
+    CHECK(a == export_gguf_llama_streamed(f32, c, tok, t, nullptr, "m").writer.bytes());
+    CHECK(a == export_llama_gguf(load_gguf_llama_fp32(blocks, c), tok, t, nullptr, "m").writer.bytes());
+  }
 }
