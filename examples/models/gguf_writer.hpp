@@ -102,8 +102,11 @@ class GgufWriteValue {
   }
   template <class T>
   void put(const T& x) {
-    const auto* p = reinterpret_cast<const std::byte*>(&x);
-    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+    // resize + memcpy rather than insert of a pointer range: GCC 12 at -O2 warns falsely
+    // (-Wstringop-overflow) on the latter for a fresh vector, which -Werror builds would reject.
+    const std::size_t at = bytes_.size();
+    bytes_.resize(at + sizeof(T));
+    std::memcpy(bytes_.data() + at, &x, sizeof(T));
   }
   void put_string(std::string_view s) {
     put(static_cast<std::uint64_t>(s.size()));
