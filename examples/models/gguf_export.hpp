@@ -17,7 +17,12 @@
 ///    new type); from a llama2.c checkpoint the `llama.*` keys come from the config and the vocabulary
 ///    from the llama2.c tokenizer: a space in a piece becomes "▁" (U+2581), ids 0 / 1 / 2 become
 ///    `<unk>` / `<s>` / `</s>` (llama2.c's files store BOS / EOS as "\n<s>\n" / "\n</s>\n"), token
-///    types unknown / control / byte / normal. Reading the file back gives the same encode / decode.
+///    types unknown / control / byte / normal (and `add_space_prefix` / `add_bos_token` = false when
+///    the tokenizer has them off). Reading the file back gives the same encode / decode.
+///
+/// Two ways in, one file out: `export_llama_gguf` takes a model in memory and makes every tensor's
+/// bytes at once; `export_gguf_llama_streamed` takes a GGUF file and makes each tensor while the
+/// writer writes (deferred tensors), so only one tensor is ever converted and held at a time.
 
 #include <cstddef>
 #include <cstdint>
