@@ -270,8 +270,9 @@ void add_llama_tensor(GgufExport& e, const LlamaTensorSlot& slot, GgmlType type,
 /// encoded, written and freed, so neither the fp32 model nor the output's tensor data is ever held
 /// (peak: one tensor's fp32 values and bytes; what makes a model larger than memory convertible).
 /// `metadata` is `&f` (its keys copied, and its tensors already in their target type copied byte
-/// for byte) or null (`tok` and `name` as in `export_llama_gguf`; every tensor encoded). Every tensor's presence and shape is checked
-/// here (`format_error` naming it); `f` must outlive the writing. `mr` holds the fp32 values.
+/// for byte) or null (`tok` and `name` as in `export_llama_gguf`; every tensor encoded). Every
+/// tensor's presence and shape is checked here (`format_error` naming it); `f` must outlive the
+/// writing. `mr` holds the fp32 values.
 [[nodiscard]] inline GgufExport export_gguf_llama_streamed(const GgufFile& f, const LlamaConfig& c, const Tokenizer& tok, GgmlType type,
                                                            const GgufFile* metadata, std::string_view name = "barato",
                                                            std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {

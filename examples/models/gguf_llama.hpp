@@ -295,8 +295,8 @@ enum class GgufTokenType : std::int32_t { normal = 1, unknown = 2, control = 3, 
 /// control and unused tokens (`<unk>`, `<s>`, `</s>`) never come from text in SentencePiece: their
 /// score becomes `kNoMergeScore`, so no merge produces them. `tokenizer.ggml.add_space_prefix`
 /// (bool, default true) turns the dummy prefix on or off, and `tokenizer.ggml.add_bos_token` (bool,
-/// default true) whether a prompt starts with BOS (`Tokenizer::add_bos`), as llama.cpp does. The encode / decode then
-/// equal llama2.c's for the same vocabulary. Throws `format_error`.
+/// default true) whether a prompt starts with BOS (`Tokenizer::add_bos`), as llama.cpp does. The
+/// encode / decode then equal llama2.c's for the same vocabulary. Throws `format_error`.
 [[nodiscard]] inline Tokenizer gguf_tokenizer(const GgufFile& f) {
   const std::string_view model = detail::gguf_string(f, "tokenizer.ggml.model");
   if (model != "llama")

@@ -235,7 +235,8 @@ class GgufWriter {
     std::function<std::vector<std::byte>()> produce;   // set when deferred
   };
 
-  /// Checks a new tensor's name, dims and type; returns its byte count.
+  /// Checks a new tensor's name, dims and type with messages naming it; returns its byte count
+  /// (`tensor_bytes`, whose own checks then pass).
   std::uint64_t checked_bytes(const std::string& name, GgmlType type, std::span<const std::uint64_t> ne) const {
     barato::require<barato::value_error>(!names_.contains(name), "GgufWriter: duplicate tensor \"", name, "\"");
     barato::require(!ne.empty() && ne.size() <= kGgufMaxDims, "GgufWriter: tensor \"", name, "\" has ", ne.size(),
