@@ -21,16 +21,20 @@
 ///    the tokenizer has them off). Reading the file back gives the same encode / decode.
 ///
 /// Two ways in, one file out: `export_llama_gguf` takes a model in memory and makes every tensor's
-/// bytes at once; `export_gguf_llama_streamed` takes a GGUF file and makes each tensor while the
-/// writer writes (deferred tensors), so only one tensor is ever converted and held at a time.
+/// bytes at once; `export_gguf_llama_streamed` (a GGUF file) and `export_llama2c_streamed` (a llama2.c
+/// checkpoint) make each tensor while the writer writes (deferred tensors), so only one tensor is ever
+/// read, converted and held at a time.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory_resource>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "barato/core/dtype.hpp"
@@ -283,6 +287,54 @@ void add_llama_tensor(GgufExport& e, const LlamaTensorSlot& slot, GgmlType type,
                                       : detail::gguf_tensor(f, slot.name, {slot.cols});
     detail::add_llama_tensor<true>(e, slot, type, metadata, [&f, &t, mr] {
       return gguf_tensor_fp32(t, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset));
+    });
+  }
+  return e;
+}
+
+/// The same file as `export_llama_gguf(load_llama2c(path), tok, type, nullptr, name)` for a llama2.c
+/// checkpoint, made tensor by tensor when the writer writes: each tensor's floats are read from the
+/// file (one read at its offset), encoded, written and freed, so the checkpoint is never held whole
+/// (peak: one tensor's fp32 values and bytes). The header and the file's size are checked here, as
+/// `read_llama2c_layout` does (`format_error`); a file that shrinks before a tensor is read is a
+/// `format_error` naming the tensor, and an unreadable one an `io_error`. `mr` holds the fp32 values.
+[[nodiscard]] inline GgufExport export_llama2c_streamed(const std::filesystem::path& path, const Tokenizer& tok, GgmlType type,
+                                                        std::string_view name = "barato",
+                                                        std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+  const Llama2cLayout L = read_llama2c_layout(path);
+  const LlamaConfig c = llama2c_config(L);
+  GgufExport e;
+  detail::add_llama_metadata(e.writer, c, tok, type, nullptr, name);
+  // The checkpoint's tensor of each slot, in llama_tensor_slots' order: (id, layer) with layer n_layers
+  // for a tensor that is not one of a per-layer stack.
+  using T = Llama2cCheckpoint;
+  const std::size_t whole = L.n_layers;
+  std::vector<std::pair<T::TensorId, std::size_t>> from{{T::kTokenEmbedding, whole}};
+  for (std::size_t l = 0; l < c.n_layers; ++l)
+    for (const T::TensorId id : {T::kRmsAtt, T::kWq, T::kWk, T::kWv, T::kWo, T::kRmsFfn, T::kW1, T::kW2, T::kW3})
+      from.emplace_back(id, l);
+  from.emplace_back(T::kRmsFinal, whole);
+  if (!c.shared_classifier) from.emplace_back(T::kWcls, whole);
+  const auto slots = detail::llama_tensor_slots(c);
+  barato::require(from.size() == slots.size(), "export_llama2c_streamed: ", from.size(), " tensors for ", slots.size(), " slots");
+  const std::string file = path.string();
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const auto& t = L.tensors[from[i].first];
+    const std::size_t n = slots[i].rows * slots[i].cols;
+    const std::size_t per = from[i].second == whole ? t.floats : t.floats / L.n_layers;
+    barato::require(per == n, "export_llama2c_streamed: ", slots[i].name, " has ", per, " values, expected ", n);
+    const std::size_t offset = kLlama2cHeaderBytes + (t.offset + (from[i].second == whole ? 0 : from[i].second * per)) * sizeof(float);
+    detail::add_llama_tensor<true>(e, slots[i], type, nullptr, [file, offset, n, mr, tensor = slots[i].name] {
+      std::pmr::vector<float> x(n, mr);
+      std::ifstream in(file, std::ios::binary);
+      if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
+      in.seekg(static_cast<std::streamoff>(offset));
+      in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)));
+      const auto got = static_cast<std::size_t>(in.gcount());
+      if (got != n * sizeof(float))
+        throw barato::format_error(file, offset + got, "truncated weights: the file shrank while reading " + tensor + " (expected " +
+                                                           std::to_string(n * sizeof(float)) + " bytes, found " + std::to_string(got) + ")");
+      return x;
     });
   }
   return e;

@@ -49,10 +49,9 @@ int tool_main(int argc, const char* const* argv) {
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
   const GgufFile* metadata = tok_path.empty() ? model.gguf_file() : nullptr;
   const std::string name = fs::path(model_path).stem().string();
-  // A GGUF model goes tensor by tensor while the file is written (never the whole fp32 model in
-  // memory); a llama2.c checkpoint is read whole (its loader has no per-tensor path).
+  // Tensor by tensor while the file is written: the whole fp32 model is never in memory.
   const GgufExport e = model.is_gguf() ? export_gguf_llama_streamed(*model.gguf_file(), model.config(), tok, type, metadata, name)
-                                       : export_llama_gguf(model.fp32_weights(), tok, type, nullptr, name);
+                                       : export_llama2c_streamed(model_path, tok, type, name);
   // Write to a temporary name first, so a failed run never leaves a partial file under --out.
   const fs::path tmp = out_path + ".tmp";
   try {

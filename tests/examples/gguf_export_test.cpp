@@ -2,11 +2,17 @@
 // a written file reads back as the same model (weights bit for bit, the same vocabulary, run.c's greedy
 // ids); Q8_0 / Q4_0 tensor data equals, byte for byte, what llama.cpp's quantizer wrote for the same F32
 // tensors; matrices of a width that is not a multiple of 32 fall back to F16 and are named; the export
-// streamed from a GGUF file tensor by tensor writes the same file holding one tensor at a time.
+// streamed from a GGUF file or a llama2.c checkpoint tensor by tensor writes the same file holding one
+// tensor at a time.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -245,4 +251,66 @@ TEST_CASE("gguf export: streamed from a file in all ten block types, the same fi
     CHECK(a == export_gguf_llama_streamed(f32, c, tok, t, nullptr, "m").writer.bytes());
     CHECK(a == export_llama_gguf(load_gguf_llama_fp32(blocks, c), tok, t, nullptr, "m").writer.bytes());
   }
+}
+
+namespace {
+
+/// A llama2.c checkpoint with an unshared classifier (negative vocab_size in the header) and
+/// pseudo-random weights, every width a multiple of 32; 512 pieces to match tok512.bin.
+std::filesystem::path write_unshared_llama2c(const std::filesystem::path& p) {
+  const Llama2cHeader h{.dim = 64, .hidden_dim = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .vocab_size = -512, .seq_len = 16};
+  const std::size_t floats = llama2c_layout(h, p.string()).total_floats;
+  std::vector<float> v(floats);
+  std::uint32_t s = 12345;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<std::int32_t>(s >> 8) - (1 << 23)) / float(1 << 23);  // uniform in [-1, 1)
+  }
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&h), sizeof(h));
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("gguf export: streamed from a llama2.c checkpoint, tensor by tensor, gives the loaded model's file and holds one tensor") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (dir.empty()) return;
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", 512);
+  const auto tmp = std::filesystem::temp_directory_path() / ("barato_gguf_export_test_" + std::to_string(::getpid()) + ".bin");
+  // stories260K: tied classifier, a 172-wide ffn_down (F16 fallback); the crafted file: unshared
+  // classifier (output.weight), every matrix quantizable.
+  for (const auto& path : {dir / "stories260K/stories260K.bin", write_unshared_llama2c(tmp)}) {
+    const auto w = load_llama2c(path);
+    std::size_t largest = 0;
+    for (const auto& slot : detail::llama_tensor_slots(w.config)) largest = std::max(largest, slot.rows * slot.cols);
+    for (const std::string type : {"f32", "f16", "q8_0", "q4_0"}) {
+      const std::string where = path.filename().string() + " -> " + type;
+      INFO(where);
+      const GgmlType t = parse_gguf_type(type);
+      const GgufExport whole = export_llama_gguf(w, tok, t, nullptr, "s");
+      barato::CountingResource mem;
+      const GgufExport streamed = export_llama2c_streamed(path, tok, t, "s", &mem);
+      CHECK(mem.peak() == 0);  // nothing is read before the file is written
+      CHECK(streamed.writer.bytes() == whole.writer.bytes());
+      CHECK(streamed.fallbacks == whole.fallbacks);
+      CHECK(streamed.tensors == whole.tensors);
+      CHECK(streamed.copied == 0);
+      CHECK(streamed.tensor_bytes == whole.tensor_bytes);
+      CHECK(mem.peak() > 0);
+      CHECK(mem.peak() <= largest * sizeof(float) + 64);  // one tensor's values at a time
+      CHECK(mem.current() == 0);
+    }
+    CHECK((round_trip(export_llama2c_streamed(path, tok, GgmlType::f32, "s"), "back.gguf").tensor("output.weight") != nullptr) ==
+          !w.config.shared_classifier);
+  }
+  // A file that shrinks between the export and the writing: the tensor the read fails in is named.
+  const GgufExport e = export_llama2c_streamed(tmp, tok, GgmlType::q8_0, "s");
+  std::filesystem::resize_file(tmp, std::filesystem::file_size(tmp) - 4);
+  CHECK_THROWS_WITH_AS((void)e.writer.bytes(), doctest::Contains("output.weight"), barato::format_error);
+  // A bad header is refused before anything is set up.
+  std::filesystem::resize_file(tmp, 10);
+  CHECK_THROWS_AS((void)export_llama2c_streamed(tmp, tok, GgmlType::q8_0, "s"), barato::format_error);
+  std::filesystem::remove(tmp);
 }

@@ -65,7 +65,8 @@ TEST_CASE("barato_quantize: GGUF and llama2.c inputs, a block that fails mid-wri
     fs::remove(out);
   }
 
-  // A llama2.c checkpoint: ffn_down's 172 columns stay F16, named on stderr; the file reads back.
+  // A llama2.c checkpoint: ffn_down's 172 columns stay F16, named on stderr; the file reads back and
+  // is the in-memory export's.
   {
     const fs::path out = dir / "from_bin.gguf";
     const auto r = run_tool("--model " + (data / "stories260K/stories260K.bin").string() + " --tokenizer " +
@@ -74,6 +75,11 @@ TEST_CASE("barato_quantize: GGUF and llama2.c inputs, a block that fails mid-wri
     CHECK(r.err.find("kept blk.0.ffn_down.weight: 172 columns") != std::string::npos);
     const GgufFile back = GgufFile::open(out);
     CHECK(back.tensor("blk.0.ffn_up.weight")->type == static_cast<std::uint32_t>(GgmlType::q8_0));
+    // streamed tensor by tensor from the checkpoint: the in-memory export's file, byte for byte
+    const GgufExport want = export_llama_gguf(load_llama2c(data / "stories260K/stories260K.bin"),
+                                              load_tokenizer(data / "stories260K/tok512.bin", 512), GgmlType::q8_0, nullptr,
+                                              "stories260K");
+    CHECK(read_bytes(out) == want.writer.bytes());
     fs::remove(out);
   }
 
