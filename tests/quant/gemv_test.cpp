@@ -70,7 +70,7 @@ void check_shapes() {
 
 TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
-                   Int8Group<64>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
+                   Int8Group<64>, Int8Group<16>, Int8Group<16, float>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
                    AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_shapes<simd::DefaultArch, F>();
 }
@@ -109,6 +109,7 @@ TEST_CASE("the default arch picks the intrinsics kernels where the ISA has them"
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<128>>::kName) == (vnni ? "avx512-vnni" : "avx512-lut16"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<32, float>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<64>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
+    CHECK(std::string_view(RowKernel<simd::DefaultArch, Int8Group<16, float>>::kName) == (vnni ? "avx512-vnni" : "avx512-int8"));
     CHECK(std::string_view(RowKernel<simd::DefaultArch, AbsMax<8, PerGroup<48>>>::kName) == "avx512-int8");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Int4Group<32>>::kName) == "avx512-lut16");
     CHECK(std::string_view(RowKernel<simd::DefaultArch, Nf4<64>>::kName) == (vnni ? "avx512-vnni-lut16" : "avx512-lut16"));
@@ -164,8 +165,8 @@ void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or 2 threads (default arch kernels)", F,
-                   Int8PerTensor<>, Int8PerRow<>, Int8Group<32>, AbsMax<8, PerGroup<32>, float>, Int8Group<64>,
-                   Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
+                   Int8PerTensor<>, Int8PerRow<>, Int8Group<16>, Int8Group<16, float>, Int8Group<32>,
+                   AbsMax<8, PerGroup<32>, float>, Int8Group<64>, Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
                    AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<simd::DefaultArch, F>(96, 300, 21);  // 2 full 128-blocks + a 44-column tail
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n

@@ -23,7 +23,7 @@ namespace ref = barato::test::quant_ref;
 
 #define BARATO_VNNI_FORMATS                                                                                   \
   Int8PerTensor<>, Int8PerRow<>, Int8PerRow<float>, Int8Group<128>, Int8Group<256>, Int8Group<32, float>,     \
-      Int8Group<64>, AbsMax<6, PerRow>, Int4PerTensor<>, Int4PerRow<>, Int4Group<128>, Int4Group<256, float>, \
+      Int8Group<64>, Int8Group<16>, Int8Group<16, float>, AbsMax<6, PerRow>, Int4PerTensor<>, Int4PerRow<>, Int4Group<128>, Int4Group<256, float>, \
       AbsMax<3, PerRow>
 
 TEST_CASE_TEMPLATE("avx512-vnni kernel equals the double reference within the fixed-point bound of x", F, BARATO_VNNI_FORMATS) {

@@ -144,12 +144,13 @@ template <class F>
 inline constexpr bool kDefaultPacking = std::is_same_v<packing_of<F>, CodePacking<F::kCodeBits>>;
 
 /// The VNNI kernel (quant/vnni.hpp) serves integer AbsMax formats in 8- or 4-bit codes whose scale
-/// group is a whole row / tensor or a multiple of 128 columns, and 8-bit codes with groups of 32 or 64.
+/// group is a whole row / tensor or a multiple of 128 columns, and 8-bit codes with groups of 16, 32
+/// or 64 (16: ggml's Q6_K / Q3_K sub-blocks as the examples load them).
 template <class Arch, class F>
 inline constexpr bool kUseVnni =
     kVnniCompiled && simd::kHasAvx512bw<Arch> && requires { F::kQMax; } && !GgmlDotFormat<F> &&
-    ((F::kCodeBits == 8 && (F::granularity::kGroup % 128 == 0 || F::granularity::kGroup == 32 ||
-                            F::granularity::kGroup == 64)) ||
+    ((F::kCodeBits == 8 && (F::granularity::kGroup % 128 == 0 || F::granularity::kGroup == 16 ||
+                            F::granularity::kGroup == 32 || F::granularity::kGroup == 64)) ||
      (F::kCodeBits == 4 && kDefaultPacking<F> && F::granularity::kGroup % 128 == 0));
 
 /// ggml's Q8_0 and Q4_0 take the VNNI kernel of ggml's product (quant/vnni_ggml.hpp: int8 activations

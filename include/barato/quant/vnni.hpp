@@ -2,8 +2,9 @@
 /// \file
 /// The AVX-512 VNNI specialization of `quant::RowKernel` for integer AbsMax formats (8-bit codes, or
 /// 4-bit codes) whose scale group is a row, the tensor, or a multiple of 128 columns — the int8-row
-/// and int4-g128 decode paths — and int8 codes with groups of 32 or 64 columns (each 64-column half
-/// of a block is then reduced on its own and scaled per int32 lane, a 32-column group being 8 lanes).
+/// and int4-g128 decode paths — and int8 codes with groups of 16, 32 or 64 columns (each 64-column
+/// half of a block is then reduced on its own and scaled per int32 lane, a 32-column group being 8
+/// lanes, a 16-column group 4).
 /// ggml's own Q8_0 / Q4_0 take ggml's product instead (quant/vnni_ggml.hpp).
 /// `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
 /// groups of four into 16 int32 lanes: 64 multiply-adds per instruction, where the fp32 kernels do 16.
@@ -33,7 +34,7 @@
 /// `dot_n<N>` loads each 64-byte chunk of weights once and runs the `vpdpbusd` pairs of all N
 /// vectors on it (N·4 VNNI instructions per 128 columns on the same weight registers); each vector
 /// keeps its own accumulators, so a vector's result is the same for every N. `dot2_n<N>` (all formats
-/// but int8 in groups of 32 / 64) does two rows, loading each vector's planes once for both, with
+/// but int8 in groups of 16 / 32 / 64) does two rows, loading each vector's planes once for both, with
 /// every (row, vector) computed as by `dot_n<1>`.
 
 #include <cmath>
@@ -80,9 +81,9 @@ struct RowKernel<Arch, F> {
   using Activation = VnniActivation;
   static constexpr int kOffset = F::kCodeBits == 8 ? 128 : F::kOffset;
   static constexpr std::size_t kGroup = F::granularity::kGroup;
-  /// int8 codes with groups of 32 or 64 columns: each 64-byte half of a block is summed on its own
-  /// and scaled per lane (a 32-column group is 8 int32 lanes).
-  static constexpr bool kSmallGroups = F::kCodeBits == 8 && (kGroup == 32 || kGroup == 64);
+  /// int8 codes with groups of 16, 32 or 64 columns: each 64-byte half of a block is summed on its
+  /// own and scaled per lane (a 32-column group is 8 int32 lanes, a 16-column group 4).
+  static constexpr bool kSmallGroups = F::kCodeBits == 8 && (kGroup == 16 || kGroup == 32 || kGroup == 64);
   /// One scale per row or per tensor (int8-row, int4-row, …): the vector gets one fixed-point step
   /// for all its full blocks, so the integer sums of a whole row are added in int32 lanes and scaled
   /// once — four `vpdpbusd` per 128 columns and nothing else per block.
@@ -453,7 +454,7 @@ struct RowKernel<Arch, F> {
       }
   }
 
-  /// `dot_n` for int8 codes in groups of 32 or 64 columns: per half block, the exact int32 lane sums
+  /// `dot_n` for int8 codes in groups of 16, 32 or 64 columns: per half block, the exact int32 lane sums
   /// scaled by the lanes' group scales times the block's step into fp32 accumulators.
   template <std::size_t N>
     requires(kSmallGroups)
@@ -474,6 +475,18 @@ struct RowKernel<Arch, F> {
         __m512 sw;  // the weight scales of lane i (columns c0 + 4i … c0 + 4i + 3)
         if constexpr (kGroup == 64) {
           sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
+        } else if constexpr (kGroup == 16) {
+          // the half's 4 scales (fp16: converted by one vcvtph2ps), scale g to lanes 4g … 4g + 3
+          __m512 s4;
+          if constexpr (std::is_same_v<typename F::scale_type, f16>) {
+            long long quad = 0;  // the four fp16 scales' bits
+            std::memcpy(&quad, sc + c0 / 16, sizeof quad);
+            s4 = _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi64_si128(quad)));
+          } else {
+            static_assert(std::is_same_v<typename F::scale_type, float>, "16-column groups: fp16 or fp32 scales");
+            s4 = _mm512_castps128_ps512(_mm_loadu_ps(sc + c0 / 16));
+          }
+          sw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), s4);
         } else if constexpr (std::is_same_v<typename F::scale_type, f16>) {
           // fp16 scales: the half's 2 scales converted by one vcvtph2ps, lanes 0–7 and 8–15
           int pair = 0;  // the two fp16 scales' bits
