@@ -6,6 +6,9 @@
 /// 256-element "k-quant" super-blocks Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (what llama-quantize writes for
 /// its Q4_K_M, Q5_K_M, Q6_K, … mixes, and for the classifier of a Q4_0 file whose width is a multiple
 /// of 256). The IQ types (lattice codebooks) are not: a file holding one is an error naming it.
+/// The types whose values are a scale times a small integer, with no offset — Q5_0, Q3_K, Q6_K — can
+/// also be read as those integers and scales (`ggml_to_int_groups`), which barato's int8 group formats
+/// hold exactly; each fp32 decoder of them is that product.
 ///
 /// **Exactness.** Each value equals ggml's `dequantize_row_*` for the same block bit for bit: every
 /// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits) has at
@@ -111,11 +114,19 @@ inline void q5_codes(std::uint32_t qh, const std::uint8_t* qs, int* q) noexcept 
   }
 }
 
+/// Q5_0 as integers and scale: q[j] = code − 16 (−16…15), s[0] = d.
+inline void q5_0_ints(const std::uint8_t* b, std::int8_t* q, float* s) noexcept {
+  s[0] = half(b);
+  int c[32];
+  q5_codes(u32(b + 2), b + 6, c);
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<std::int8_t>(c[j] - 16);
+}
+
 inline void q5_0(const std::uint8_t* b, float* y) noexcept {
-  const float d = half(b);
-  int q[32];
-  q5_codes(u32(b + 2), b + 6, q);
-  for (int j = 0; j < 32; ++j) y[j] = fl(q[j] - 16) * d;
+  std::int8_t q[32];
+  float d;
+  q5_0_ints(b, q, &d);
+  for (int j = 0; j < 32; ++j) y[j] = fl(q[j]) * d;
 }
 
 inline void q5_1(const std::uint8_t* b, float* y) noexcept {
@@ -154,7 +165,8 @@ inline void q3_k_scales(const std::uint8_t* s, int* sc) noexcept {
   }
 }
 
-inline void q3_k(const std::uint8_t* b, float* y) noexcept {
+/// Q3_K as integers and scales: q[i] (−4…3) and the scale s[g] = d·(sc − 32) of each sub-block of 16.
+inline void q3_k_ints(const std::uint8_t* b, std::int8_t* q, float* s) noexcept {
   const std::uint8_t* hmask = b;
   const std::uint8_t* qs = b + 32;
   const float d = half(b + 108);
@@ -164,14 +176,19 @@ inline void q3_k(const std::uint8_t* b, float* y) noexcept {
     for (int j = 0; j < 4; ++j) {
       const unsigned bit = 1u << (4 * n + j);
       for (int h = 0; h < 2; ++h) {
-        const float dl = d * fl(sc[8 * n + 2 * j + h] - 32);
-        for (int l = 16 * h; l < 16 * h + 16; ++l) {
-          const int q = ((qs[32 * n + l] >> (2 * j)) & 3) - ((hmask[l] & bit) != 0 ? 0 : 4);
-          y[128 * n + 32 * j + l] = dl * fl(q);
-        }
+        s[8 * n + 2 * j + h] = d * fl(sc[8 * n + 2 * j + h] - 32);  // elements 128n + 32j + 16h …
+        for (int l = 16 * h; l < 16 * h + 16; ++l)
+          q[128 * n + 32 * j + l] = static_cast<std::int8_t>(((qs[32 * n + l] >> (2 * j)) & 3) - ((hmask[l] & bit) != 0 ? 0 : 4));
       }
     }
   }
+}
+
+inline void q3_k(const std::uint8_t* b, float* y) noexcept {
+  std::int8_t q[256];
+  float s[16];
+  q3_k_ints(b, q, s);
+  for (int i = 0; i < 256; ++i) y[i] = s[i / 16] * fl(q[i]);
 }
 
 /// Scale and min of sub-block j (0…7) of a Q4_K / Q5_K block from its 12 packed bytes: six bits each;
@@ -217,14 +234,21 @@ inline void k4(const std::uint8_t* b, float* y) noexcept {
   return (k < 2 ? lo & 0x0F : lo >> 4) | (((qh[32 * n + l] >> (2 * k)) & 3) << 4);
 }
 
-inline void q6_k(const std::uint8_t* b, float* y) noexcept {
+/// Q6_K as integers and scales: q[i] = code − 32 (−32…31) and the scale s[g] = d·sc_g (sc int8) of
+/// each sub-block of 16.
+inline void q6_k_ints(const std::uint8_t* b, std::int8_t* q, float* s) noexcept {
   const std::uint8_t* ql = b;
   const std::uint8_t* qh = b + 128;
   const float d = half(b + 208);
-  for (int i = 0; i < 256; ++i) {
-    const float dl = d * fl(static_cast<std::int8_t>(b[192 + i / 16]));
-    y[i] = dl * fl(q6_k_code(ql, qh, i) - 32);
-  }
+  for (int g = 0; g < 16; ++g) s[g] = d * fl(static_cast<std::int8_t>(b[192 + g]));
+  for (int i = 0; i < 256; ++i) q[i] = static_cast<std::int8_t>(q6_k_code(ql, qh, i) - 32);
+}
+
+inline void q6_k(const std::uint8_t* b, float* y) noexcept {
+  std::int8_t q[256];
+  float s[16];
+  q6_k_ints(b, q, s);
+  for (int i = 0; i < 256; ++i) y[i] = s[i / 16] * fl(q[i]);
 }
 
 /// A block type's decoder and the byte offsets of its fp16 scales (checked finite).
@@ -248,6 +272,35 @@ struct Codec {
     case GgmlType::q5_k: return {k4<true>, {0, 2}, 2};
     case GgmlType::q6_k: return {q6_k, {208, 0}, 1};
     default: return {};
+  }
+}
+
+/// The integer decoder of a block type whose values are a scale times a small integer, with no
+/// offset (Q5_0, Q3_K, Q6_K): `decode(block, q, s)` writes the block's integers and the scale of each
+/// group of `group` consecutive elements. decode = null for the other types.
+struct IntCodec {
+  void (*decode)(const std::uint8_t*, std::int8_t*, float*) = nullptr;
+  std::size_t group = 0;
+};
+
+[[nodiscard]] inline IntCodec int_codec(std::uint32_t type) noexcept {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::q5_0: return {q5_0_ints, 32};
+    case GgmlType::q3_k: return {q3_k_ints, 16};
+    case GgmlType::q6_k: return {q6_k_ints, 16};
+    default: return {};
+  }
+}
+
+/// Throws the `format_error` of block b when one of its fp16 scales is not finite.
+inline void check_scales(const std::uint8_t* blk, const Codec& c, std::size_t b, std::size_t block_bytes, std::uint32_t type,
+                         std::string_view file, std::size_t file_offset) {
+  for (std::size_t i = 0; i < c.n_scales; ++i) {
+    const std::uint16_t bits = u16(blk + c.scales[i]);
+    if (!std::isfinite(fp16_bits_to_float(bits)))
+      throw barato::format_error(std::string(file), file_offset + b * block_bytes + c.scales[i],
+                                 std::string(ggml_type_name(type)) + " block " + std::to_string(b) + ": scale (fp16 bits " +
+                                     std::to_string(bits) + ") is not finite; expected a finite fp16 scale");
   }
 }
 
@@ -284,14 +337,42 @@ inline void ggml_to_fp32(std::span<const std::byte> raw, std::uint32_t type, std
   barato::require<barato::value_error>(c.decode != nullptr, "ggml_to_fp32: no decoder for ", ggml_type_name(type));
   for (std::size_t b = 0; b < out.size() / tr.block; ++b) {
     const std::uint8_t* blk = bytes + b * tr.block_bytes;
-    for (std::size_t s = 0; s < c.n_scales; ++s) {
-      const std::uint16_t bits = ggml_blocks::u16(blk + c.scales[s]);
-      if (!std::isfinite(fp16_bits_to_float(bits)))
-        throw barato::format_error(std::string(file), file_offset + b * tr.block_bytes + c.scales[s],
-                                   std::string(ggml_type_name(type)) + " block " + std::to_string(b) + ": scale (fp16 bits " +
-                                       std::to_string(bits) + ") is not finite; expected a finite fp16 scale");
-    }
+    ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
     c.decode(blk, out.data() + b * tr.block);
+  }
+}
+
+/// True when ggml type `type` holds a scale times a small integer per group with no offset (Q5_0:
+/// groups of 32; Q3_K, Q6_K: 16): what `ggml_to_int_groups` reads.
+[[nodiscard]] inline bool ggml_int_groups(std::uint32_t type) noexcept { return ggml_blocks::int_codec(type).decode != nullptr; }
+/// Elements per scale of such a type (0 for the others).
+[[nodiscard]] inline std::size_t ggml_int_group(std::uint32_t type) noexcept { return ggml_blocks::int_codec(type).group; }
+
+/// The integers and group scales of GGUF tensor data of a `ggml_int_groups` type: `q` receives the
+/// product(ne) integers in storage order, `scales` one scale per `ggml_int_group(type)` elements.
+/// Exact: scales[i / group] · q[i] is `ggml_to_fp32`'s value i bit for bit (the same fp32 product).
+/// Errors as `ggml_to_fp32` (a non-finite fp16 scale names its block and byte offset).
+inline void ggml_to_int_groups(std::span<const std::byte> raw, std::uint32_t type, std::span<const std::uint64_t> ne,
+                               std::span<std::int8_t> q, std::span<float> scales, std::string_view file = "<gguf>",
+                               std::size_t file_offset = 0) {
+  const ggml_blocks::IntCodec ic = ggml_blocks::int_codec(type);
+  barato::require<barato::value_error>(ic.decode != nullptr, "ggml_to_int_groups: ", ggml_type_name(type),
+                                       " is not a scale-times-integer type");
+  std::uint64_t n = 1;
+  for (const auto d : ne) n *= d;
+  GgmlTypeTraits tr;
+  barato::require<barato::value_error>(ggml_type_traits(type, tr), "ggml_to_int_groups: unsupported ggml type ", type);
+  barato::require(q.size() == n && scales.size() == n / ic.group && !ne.empty() && ne[0] % tr.block == 0 &&
+                      raw.size() == n / tr.block * tr.block_bytes,
+                  "ggml_to_int_groups: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
+                  " bytes, ", n, " integers and ", n / ic.group, " scales, got ", raw.size(), ", ", q.size(), " and ", scales.size());
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
+  const ggml_blocks::Codec c = ggml_blocks::codec(type);
+  const std::size_t groups = tr.block / ic.group;  // scales per block
+  for (std::size_t b = 0; b < n / tr.block; ++b) {
+    const std::uint8_t* blk = bytes + b * tr.block_bytes;
+    ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
+    ic.decode(blk, q.data() + b * tr.block, scales.data() + b * groups);
   }
 }
 

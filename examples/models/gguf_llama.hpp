@@ -20,8 +20,9 @@
 /// type, dims → fp32, bit-exact with ggml's dequantization for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
 /// Q8_0, Q2_K … Q6_K), and the projections through `gguf_linear`, which keeps F16 / BF16 in their
 /// precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 /
-/// GgmlQ4_0, loaded without requantizing); the other block types, which have no barato kernel, become
-/// fp32 (their exact values; `--weights` can re-quantize them).
+/// GgmlQ4_0, loaded without requantizing); Q5_0, Q3_K and Q6_K become int8 codes with fp32 group
+/// scales (their exact values, `ggml_to_int_groups`); the other block types (a per-group offset, which
+/// no barato format holds) become fp32 (their exact values; `--weights` can re-quantize them).
 
 #include <algorithm>
 #include <bit>
@@ -36,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "barato/core/dtype.hpp"
@@ -43,6 +45,7 @@
 #include "barato/core/memory.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
+#include "barato/quant/absmax.hpp"
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/ggml_blocks.hpp"
 #include "barato/quant/linear.hpp"
@@ -71,8 +74,11 @@ namespace barato_examples {
 /// A GGUF matrix [rows, cols] as a linear layer in the file's precision: F32 → Dense<float>, F16 →
 /// Dense<f16>, BF16 → Dense<bf16> (all exact), Q8_0 / Q4_0 → quant::Linear<GgmlQ8_0 / GgmlQ4_0> built
 /// from the file's block bytes without requantizing (`quant::from_ggml_blocks`; `file` and
-/// `file_offset`, the tensor's data offset, name a bad block in its error); Q4_1, Q5_0, Q5_1 and
-/// Q2_K … Q6_K, which barato has no kernel for, → Dense<float> of their exact values (4 bytes per
+/// `file_offset`, the tensor's data offset, name a bad block in its error); Q5_0, Q3_K and Q6_K (a
+/// scale times a small integer per group, `ggml_to_int_groups`) → quant::Linear of int8 codes with
+/// fp32 scales per group of 32 (Q5_0) or 16 (Q3_K, Q6_K): their exact values at 9 or 10 bits per
+/// weight, on the VNNI kernel (15-bit activations); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K, whose values
+/// add a per-group offset no barato format holds, → Dense<float> of their exact values (4 bytes per
 /// weight instead of 0.3–0.8: `--weights int4-g128`, `q4_0`, … re-quantize them).
 [[nodiscard]] inline barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
                                                        std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
@@ -87,6 +93,19 @@ namespace barato_examples {
     case GgmlType::q8_0: return quantized(barato::quant::GgmlQ8_0{});
     case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
     default: break;
+  }
+  const auto int_groups = [&](auto format) {
+    using F = decltype(format);
+    barato::Buffer<std::uint8_t> codes(rows * cols, mr);  // int8 codes, one byte each (two's complement)
+    barato::Buffer<float> scales(rows * cols / F::granularity::kGroup, mr);
+    ggml_to_int_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()), scales.span(),
+                       file, file_offset);
+    return barato::nn::AnyLinear(barato::quant::Linear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales))));
+  };
+  if (ggml_int_groups(t.type)) {
+    // ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row
+    if (ggml_int_group(t.type) == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
+    return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
   }
   const barato::Buffer<float> w = gguf_tensor_fp32(t, mr, file, file_offset);
   switch (static_cast<GgmlType>(t.type)) {

@@ -11,9 +11,12 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "barato/core/dtype.hpp"
+#include "barato/quant/absmax.hpp"
+#include "barato/quant/linear.hpp"
 #include "models/generate.hpp"
 #include "models/ggml_dequant.hpp"
 #include "models/gguf.hpp"
@@ -74,6 +77,59 @@ TEST_CASE("ggml dequant: every block type decodes ggml-packed random codes to th
       REQUIRE(bad == 0);
     }
   }
+}
+
+TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose products are the fp32 values bit for bit") {
+  Rng rng(20261204);
+  std::size_t int_types = 0;
+  for (const GgmlType t : kBlockTypes) {
+    INFO(name(t));
+    const auto type = static_cast<std::uint32_t>(t);
+    GgmlTypeTraits tr;
+    REQUIRE(ggml_type_traits(type, tr));
+    const std::size_t n = 3 * tr.block;
+    const std::uint64_t ne[] = {n};
+    const bool ints = t == GgmlType::q5_0 || t == GgmlType::q3_k || t == GgmlType::q6_k;
+    CHECK(ggml_int_groups(type) == ints);
+    std::vector<std::int8_t> q(n);
+    if (!ints) {  // a per-group offset (or a Q8_0 / Q4_0, which load as ggml's own formats): refused
+      std::vector<float> s(n / 16);
+      const std::vector<std::uint8_t> raw(3 * tr.block_bytes, 0);
+      CHECK_THROWS_AS(ggml_to_int_groups(std::as_bytes(std::span(raw)), type, ne, q, s), barato::value_error);
+      continue;
+    }
+    ++int_types;
+    const std::size_t g = ggml_int_group(type);
+    CHECK(g == (t == GgmlType::q5_0 ? 32u : 16u));
+    std::vector<float> s(n / g);
+    for (int draw = 0; draw < 100; ++draw) {
+      std::vector<std::uint8_t> bytes;
+      for (int k = 0; k < 3; ++k) {
+        const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
+        bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
+      }
+      ggml_to_int_groups(std::as_bytes(std::span(bytes)), type, ne, q, s);
+      const auto want = decode(t, bytes, n);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) bad += !same_bits(s[i / g] * static_cast<float>(q[i]), want[i]);
+      REQUIRE(bad == 0);
+    }
+    // the sizes must agree; a non-finite scale names its block and byte offset, as ggml_to_fp32
+    std::vector<float> short_s(n / g - 1);
+    const std::vector<std::uint8_t> zero(3 * tr.block_bytes, 0);
+    CHECK_THROWS_AS(ggml_to_int_groups(std::as_bytes(std::span(zero)), type, ne, q, short_s), barato::shape_error);
+    std::vector<std::uint8_t> bad = zero;
+    const std::size_t at = 2 * tr.block_bytes + ggml_blocks::codec(type).scales[0];
+    bad[at + 1] = 0x7C;  // +inf in the third block
+    try {
+      ggml_to_int_groups(std::as_bytes(std::span(bad)), type, ne, q, s, "y.gguf", 64);
+      FAIL("no error");
+    } catch (const barato::format_error& e) {
+      CHECK(e.offset() == 64 + at);
+      CHECK(std::string(e.what()).find("block 2: scale") != std::string::npos);
+    }
+  }
+  CHECK(int_types == 3);
 }
 
 TEST_CASE("ggml dequant: hand-made blocks give the values worked out by hand") {
@@ -181,15 +237,52 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
   const LlamaConfig ck = gguf_llama_config(fk, 0);
   const auto native = load_gguf_llama(fk, ck);
   const auto fp32 = load_gguf_llama_fp32(fr, gguf_llama_config(fr, 0));
-  // Q8_0 / Q4_0 matrices take ggml's kernels (8-bit activations), every other type an fp32 Dense
-  std::size_t dense = 0, expect_dense = 0;
-  for (const auto& l : native.layers)
-    for (const auto* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) dense += m->target<barato::nn::Dense<float>>() != nullptr;
-  dense += native.classifier.target<barato::nn::Dense<float>>() != nullptr;
-  for (const auto& [tname, type] : model.types)
-    expect_dense += tname != "token_embd.weight" && type != GgmlType::q8_0 && type != GgmlType::q4_0;
+  // Q8_0 / Q4_0 matrices take ggml's kernels (8-bit activations); Q5_0 / Q3_K / Q6_K int8 codes with
+  // fp32 group scales (32 / 16), their exact values; every other type an fp32 Dense
+  using G32 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>>;
+  using G16 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>>;
+  const auto linear = [&](const std::string& t) -> const barato::nn::AnyLinear* {
+    if (t == "output.weight") return &native.classifier;
+    for (std::size_t i = 0; i < native.layers.size(); ++i) {
+      const auto& l = native.layers[i];
+      const std::string p = "blk." + std::to_string(i) + ".";
+      const std::pair<std::string, const barato::nn::AnyLinear*> names[] = {
+          {"attn_q", &l.wq}, {"attn_k", &l.wk}, {"attn_v", &l.wv}, {"attn_output", &l.wo},
+          {"ffn_gate", &l.w1}, {"ffn_down", &l.w2}, {"ffn_up", &l.w3}};
+      for (const auto& n : names)
+        if (t == p + n.first + ".weight") return n.second;
+    }
+    return nullptr;
+  };
+  std::size_t dense = 0, expect_dense = 0, ints = 0;
+  for (const auto& entry : model.types) {
+    const std::string& tname = entry.first;
+    const GgmlType type = entry.second;
+    if (tname == "token_embd.weight") continue;
+    INFO(tname << " " << name(type));
+    const barato::nn::AnyLinear* m = linear(tname);
+    REQUIRE(m != nullptr);
+    dense += m->target<barato::nn::Dense<float>>() != nullptr;
+    const bool int_groups = type == GgmlType::q5_0 || type == GgmlType::q3_k || type == GgmlType::q6_k;
+    expect_dense += !int_groups && type != GgmlType::q8_0 && type != GgmlType::q4_0;
+    if (!int_groups) continue;
+    ++ints;
+    const auto want = gguf_tensor_fp32(*fk.tensor(tname));
+    std::vector<float> got(want.size());
+    if (type == GgmlType::q5_0) {
+      REQUIRE(m->target<G32>() != nullptr);
+      m->target<G32>()->matrix().dequantize(got);
+      CHECK(m->target<G32>()->bits_per_weight() == 9.0);
+    } else {
+      REQUIRE(m->target<G16>() != nullptr);
+      m->target<G16>()->matrix().dequantize(got);
+      CHECK(m->target<G16>()->bits_per_weight() == 10.0);
+    }
+    CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end(), same_bits));  // the exact values
+  }
   CHECK(dense == expect_dense);
-  CHECK(expect_dense >= 7);
+  CHECK(expect_dense >= 5);
+  CHECK(ints >= 3);
   // The fp32 path of the block file is the F32 file: the same greedy ids.
   const auto prompt = tok.encode("Once upon a time", true);
   CHECK(greedy_ids(load_gguf_llama_fp32(fk, ck), prompt, 40) == greedy_ids(fp32, prompt, 40));

@@ -17,8 +17,8 @@ namespace ref = barato::test::quant_ref;
 
 #if XSIMD_WITH_AVX512BW && defined(__AVX512VL__)
 
-TEST_CASE_TEMPLATE("avx512-int8 kernel equals the double reference (groups of 48 and 96, 16, per row of 5-bit values)", F,
-                   AbsMax<8, PerGroup<48>>, AbsMax<7, PerGroup<96>>, AbsMax<8, PerGroup<16>, float>,
+TEST_CASE_TEMPLATE("avx512-int8 kernel equals the double reference (groups of 48, 96, 112 and 80 of 5-bit values)", F,
+                   AbsMax<8, PerGroup<48>>, AbsMax<7, PerGroup<96>>, AbsMax<8, PerGroup<112>, float>,
                    AbsMax<5, PerGroup<80>>) {
   using K = RowKernel<xsimd::avx512bw, F>;
   static_assert(std::string_view(K::kName) == "avx512-int8");
@@ -28,9 +28,12 @@ TEST_CASE_TEMPLATE("avx512-int8 kernel equals the double reference (groups of 48
   ref::check_dots<K>(m, barato::test::random_vector(1000, 53, -2.f, 2.f));
 }
 
-TEST_CASE("avx512-int8 also serves int8 per row and groups of 32 when the VNNI kernel is not compiled") {
+TEST_CASE("avx512-int8 also serves int8 per row and groups of 16 / 32 when the VNNI kernel is not compiled") {
   using K = RowKernel<xsimd::avx512bw, Int8PerRow<>>;
   CHECK(std::string_view(K::kName) == (kVnniCompiled ? "avx512-vnni" : "avx512-int8"));
+  using K16 = RowKernel<xsimd::avx512bw, AbsMax<8, PerGroup<16>, float>>;
+  CHECK(std::string_view(K16::kName) == (kVnniCompiled ? "avx512-vnni" : "avx512-int8"));
+  ref::check_row_kernel_shapes<K16, AbsMax<8, PerGroup<16>, float>>(54);
 }
 
 TEST_CASE_TEMPLATE("avx512-lut16 kernel equals the double reference (4-bit groups of 16·k that the VNNI kernels do not take)", F,
