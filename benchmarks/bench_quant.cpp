@@ -221,6 +221,7 @@ using quant::PerTensor;
 using Int8Tensor = QuantLayer<AbsMax<8, PerTensor>>;
 using Int8Row = QuantLayer<AbsMax<8, PerRow>>;
 using Int8G32 = QuantLayer<AbsMax<8, PerGroup<32>, float>>;  // llama2.c Q8_0 layout
+using Int8G16 = QuantLayer<AbsMax<8, PerGroup<16>, float>>;  // GGUF Q6_K / Q3_K as the examples load them
 using Int4Tensor = QuantLayer<AbsMax<4, PerTensor>>;
 using Int4Row = QuantLayer<AbsMax<4, PerRow>>;
 using Int4G128 = QuantLayer<AbsMax<4, PerGroup<128>>>;
@@ -245,6 +246,7 @@ int main(int argc, char** argv) {
   register_scheme<Int8Tensor>("int8_tensor");
   register_scheme<Int8Row>("int8_row");
   register_scheme<Int8G32>("int8_g32_fp32scale");
+  register_scheme<Int8G16>("int8_g16_fp32scale");
   register_scheme<Int4Tensor>("int4_tensor");
   register_scheme<Int4Row>("int4_row");
   register_scheme<Int4G128>("int4_g128");
