@@ -115,6 +115,23 @@ namespace barato_examples {
   }
 }
 
+/// Bytes `gguf_linear` holds for a [rows, cols] tensor of ggml type `type` (codes and scales; what
+/// its `bytes()` reports), from the type alone: nothing is read or converted. F32 and the block types
+/// without a barato format 4 per weight, F16 / BF16 2, Q8_0 34 and Q4_0 18 per 32, Q5_0 1 + 4/32,
+/// Q3_K / Q6_K 1 + 4/16.
+[[nodiscard]] inline std::size_t gguf_linear_bytes(std::uint32_t type, std::size_t rows, std::size_t cols) noexcept {
+  const std::size_t n = rows * cols;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::f16:
+    case GgmlType::bf16: return 2 * n;
+    case GgmlType::q8_0: return n / 32 * 34;
+    case GgmlType::q4_0: return n / 32 * 18;
+    default: break;
+  }
+  if (ggml_int_groups(type)) return n + n / ggml_int_group(type) * sizeof(float);
+  return n * sizeof(float);
+}
+
 // ================================================================================================
 // Config
 // ================================================================================================
@@ -270,6 +287,33 @@ template <class MakeLinear>
   LlamaWeights<L> w{c, fp32(emb), std::move(layers), vec("output_norm.weight", c.dim), std::move(classifier)};
   detail::check_weights(w);
   return w;
+}
+
+/// Bytes of the weights `load_gguf_llama(f, c)` holds (`--weights file`), from the tensor infos alone:
+/// the projections and the classifier as `gguf_linear_bytes` (a tied classifier is its own copy of
+/// token_embd in token_embd's type), the embedding and the norm gains in fp32. Every tensor's presence
+/// and shape is checked as the loader checks them (`format_error`).
+[[nodiscard]] inline std::size_t gguf_llama_loaded_bytes(const GgufFile& f, const LlamaConfig& c) {
+  const auto mat = [&](const std::string& name, std::size_t rows, std::size_t cols) {
+    return gguf_linear_bytes(detail::gguf_tensor(f, name, {cols, rows}).type, rows, cols);
+  };
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    for (const char* norm : {"attn_norm.weight", "ffn_norm.weight"}) {
+      (void)detail::gguf_tensor(f, p + norm, {c.dim});
+      bytes += c.dim * sizeof(float);
+    }
+    bytes += mat(p + "attn_q.weight", c.q_dim(), c.dim) + mat(p + "attn_k.weight", c.kv_dim(), c.dim) +
+             mat(p + "attn_v.weight", c.kv_dim(), c.dim) + mat(p + "attn_output.weight", c.dim, c.q_dim()) +
+             mat(p + "ffn_gate.weight", c.hidden_dim, c.dim) + mat(p + "ffn_down.weight", c.dim, c.hidden_dim) +
+             mat(p + "ffn_up.weight", c.hidden_dim, c.dim);
+  }
+  (void)detail::gguf_tensor(f, "output_norm.weight", {c.dim});
+  bytes += c.dim * sizeof(float) + c.vocab_size * c.dim * sizeof(float);  // output_norm, token_embd in fp32
+  bytes += f.tensor("output.weight") != nullptr ? mat("output.weight", c.vocab_size, c.dim)
+                                                : mat("token_embd.weight", c.vocab_size, c.dim);
+  return bytes;
 }
 
 /// Llama weights with every projection dequantized exactly to fp32 (`--weights fp32`, and the input

@@ -60,6 +60,24 @@ namespace barato_examples {
           .vocab = c.vocab_size, .dim = c.dim, .hidden_dim = c.hidden_dim};
 }
 
+/// `--weights file`: the weights as the tools load a model file with `--weights file`, as the bits
+/// per parameter of `shape` they average: a GGUF file's tensors in their loaded formats
+/// (`gguf_llama_loaded_bytes`, from the tensor infos; e.g. Q4_K → fp32, Q6_K → 10 bits), a llama2.c
+/// checkpoint fp32; either way a tied classifier is a second copy of the embedding, as the loaders
+/// make it. `CliError` without --model.
+[[nodiscard]] inline barato::plan::WeightFormat file_weight_format(const std::string& model, const barato::plan::ModelShape& shape) {
+  if (model.empty()) throw CliError("--weights file needs --model FILE (the formats are the file's)");
+  double bytes = 0;
+  if (is_gguf_file(model)) {
+    const GgufFile f = GgufFile::open(model);
+    bytes = static_cast<double>(gguf_llama_loaded_bytes(f, gguf_llama_config(f)));
+  } else {
+    const Llama2cLayout L = read_llama2c_layout(model);
+    bytes = 4.0 * (shape.parameters + (L.shared_classifier ? double(L.vocab * L.dim) : 0.0));
+  }
+  return barato::plan::WeightFormat{.name = "file", .bits_per_weight = 8.0 * bytes / shape.parameters}.checked();
+}
+
 /// `barato_plan`'s options as given on the command line.
 struct PlanOptions {
   std::string model;              ///< llama2.c checkpoint or GGUF file (overrides shape)
@@ -90,9 +108,9 @@ struct PlanPair {
   try {
     if (o.users == 0) throw CliError("--users must be >= 1, got 0");
     if (o.context == 0) throw CliError("--context must be >= 1, got 0");
-    PlanInput in{.shape = o.model.empty() ? named_shape(o.shape) : model_file_shape(o.model),
-                 .weights = parse_weight_format(o.weights), .kv = parse_kv_format(o.kv), .budget = parse_bytes(o.budget),
-                 .reserve = parse_bytes(o.reserve), .refine = {}};
+    const ModelShape shape = o.model.empty() ? named_shape(o.shape) : model_file_shape(o.model);
+    PlanInput in{.shape = shape, .weights = o.weights == "file" ? file_weight_format(o.model, shape) : parse_weight_format(o.weights),
+                 .kv = parse_kv_format(o.kv), .budget = parse_bytes(o.budget), .reserve = parse_bytes(o.reserve), .refine = {}};
     const Plan plain(in);
     in.refine = {.kv_scales = true, .block_tokens = o.block, .window = o.window, .sinks = o.sinks,
                  .shared_prefix_tokens = o.prefix, .step_tokens = o.step_tokens, .rope_positions = o.context};

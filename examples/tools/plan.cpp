@@ -31,7 +31,7 @@ int tool_main(int argc, const char* const* argv) {
       .option("--budget", o.budget, "SIZE", "memory budget")
       .option("--reserve", o.reserve, "SIZE", "runtime reserve")
       .option("--weights", o.weights, "W",
-              "fp32 | fp16 | bf16 | int8 | int4 (g128, 4.125 bits) | nf4 (4.25) | a --weights scheme of the\nother tools (int8-tensor, int8-row, int4-tensor, int4-row, int4-g128, q8_0, q4_0) | <bits>")
+              "fp32 | fp16 | bf16 | int8 | int4 (g128, 4.125 bits) | nf4 (4.25) | a --weights scheme of the\nother tools (int8-tensor, int8-row, int4-tensor, int4-row, int4-g128, q8_0, q4_0) | <bits> |\nfile (with --model: the file's tensors as the tools load them with --weights file)")
       .option("--kv", o.kv, "KV", "fp32 | fp16 | bf16 | int8 | int4 | k8v4")
       .option("--context", o.context, "N", "tokens per user")
       .option("--users", o.users, "N", "users at once")

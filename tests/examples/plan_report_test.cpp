@@ -14,7 +14,9 @@
 #include "models/llama.hpp"
 #include "models/llama2c.hpp"
 #include "models/llama_weights.hpp"
+#include "models/tokenizer.hpp"
 #include "support/data.hpp"
+#include "support/ggml_pack.hpp"
 
 using namespace barato_examples;
 using namespace barato::plan;
@@ -234,4 +236,42 @@ TEST_CASE("plan report: the shape of a GGUF file from its metadata (told apart b
   CHECK(g.hidden_dim == b.hidden_dim);
   // The GGUF conversion stores the classifier untied: vocab x dim more parameters than the tied checkpoint.
   CHECK(g.parameters == b.parameters + double(b.vocab * b.dim));
+}
+
+TEST_CASE("plan report: --weights file is the weights as the tools load the file, from its tensor infos") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K-h192-q4_0.gguf");
+  if (dir.empty()) return;
+  // the loaded bytes, type by type: every block type (a random model in each of them) and the shared files
+  const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", 512);
+  const barato::test::BlockTypeModel model = barato::test::block_type_model(tok, 3);
+  const GgufFile blocks = GgufFile::from_bytes("blocks.gguf", model.blocks);
+  const LlamaConfig bc = gguf_llama_config(blocks, 0);
+  CHECK(gguf_llama_loaded_bytes(blocks, bc) == load_gguf_llama(blocks, bc).bytes());
+  for (const char* name : {"stories260K-f32.gguf", "stories260K-h192-f32.gguf", "stories260K-h192-q8_0.gguf",
+                           "stories260K-h192-q4_0.gguf", "stories260K.bin"}) {
+    INFO(name);
+    const auto path = dir / "stories260K" / name;
+    std::size_t loaded = 0;
+    if (is_gguf_file(path)) {
+      const GgufFile f = GgufFile::open(path);
+      const LlamaConfig c = gguf_llama_config(f);
+      loaded = load_gguf_llama(f, c).bytes();
+      CHECK(gguf_llama_loaded_bytes(f, c) == loaded);
+    } else {
+      loaded = load_llama2c(path).bytes();  // fp32, the tied classifier a copy of the embedding
+    }
+    PlanOptions o;
+    o.model = path.string();
+    o.budget = "1GiB";
+    o.reserve = "0";
+    o.weights = "file";
+    const PlanPair p = make_plans(o);
+    CHECK(p.refined.input().weights.name == "file");
+    // bits = 8 · bytes / parameters, and back: the plan's bytes are the loaded bytes (±1 for rounding)
+    CHECK(p.refined.weight_bytes() + 1 >= loaded);
+    CHECK(p.refined.weight_bytes() <= loaded + 1);
+  }
+  PlanOptions o;
+  o.weights = "file";  // a named shape has no file
+  CHECK_THROWS_AS((void)make_plans(o), CliError);
 }
