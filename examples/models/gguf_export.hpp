@@ -152,37 +152,6 @@ inline void add_llama2c_vocabulary(GgufWriter& w, const Tokenizer& tok) {
   if (!tok.add_bos()) w.add("tokenizer.ggml.add_bos_token", GgufWriteValue::boolean(false));
 }
 
-/// One tensor of a llama GGUF file: its name, [rows, cols] (a 1-D tensor has rows = 1) and whether
-/// it is a matrix (written in the target type) or a norm gain (F32).
-struct LlamaTensorSlot {
-  std::string name;
-  std::size_t rows = 0, cols = 0;
-  bool matrix = false;
-};
-
-/// The tensors of a llama model in the order barato writes them (llama.cpp's converter's order):
-/// token_embd, each block's attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
-/// ffn_down, ffn_up, then output_norm and (when not tied) output.
-[[nodiscard]] inline std::vector<LlamaTensorSlot> llama_tensor_slots(const LlamaConfig& c) {
-  std::vector<LlamaTensorSlot> s;
-  s.push_back({"token_embd.weight", c.vocab_size, c.dim, true});
-  for (std::size_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    s.push_back({p + "attn_norm.weight", 1, c.dim, false});
-    s.push_back({p + "attn_q.weight", c.q_dim(), c.dim, true});
-    s.push_back({p + "attn_k.weight", c.kv_dim(), c.dim, true});
-    s.push_back({p + "attn_v.weight", c.kv_dim(), c.dim, true});
-    s.push_back({p + "attn_output.weight", c.dim, c.q_dim(), true});
-    s.push_back({p + "ffn_norm.weight", 1, c.dim, false});
-    s.push_back({p + "ffn_gate.weight", c.hidden_dim, c.dim, true});
-    s.push_back({p + "ffn_down.weight", c.dim, c.hidden_dim, true});
-    s.push_back({p + "ffn_up.weight", c.hidden_dim, c.dim, true});
-  }
-  s.push_back({"output_norm.weight", 1, c.dim, false});
-  if (!c.shared_classifier) s.push_back({"output.weight", c.vocab_size, c.dim, true});
-  return s;
-}
-
 /// The metadata of the exported file: `source`'s keys (general.file_type rewritten), or the llama
 /// keys of `c` and the vocabulary of `tok` when `source` is null.
 inline void add_llama_metadata(GgufWriter& out, const LlamaConfig& c, const Tokenizer& tok, GgmlType type, const GgufFile* source,

@@ -124,8 +124,8 @@ namespace barato_examples {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::f16:
     case GgmlType::bf16: return 2 * n;
-    case GgmlType::q8_0: return n / 32 * 34;
-    case GgmlType::q4_0: return n / 32 * 18;
+    case GgmlType::q8_0: return barato::quant::ggml_bytes<barato::quant::GgmlQ8_0>(rows, cols);
+    case GgmlType::q4_0: return barato::quant::ggml_bytes<barato::quant::GgmlQ4_0>(rows, cols);
     default: break;
   }
   if (ggml_int_groups(type)) return n + n / ggml_int_group(type) * sizeof(float);
@@ -289,30 +289,53 @@ template <class MakeLinear>
   return w;
 }
 
+namespace detail {
+
+/// One tensor of a llama GGUF file: its name, [rows, cols] (a 1-D tensor has rows = 1) and whether
+/// it is a matrix (written in the target type) or a norm gain (F32).
+struct LlamaTensorSlot {
+  std::string name;
+  std::size_t rows = 0, cols = 0;
+  bool matrix = false;
+};
+
+/// The tensors of a llama model in the order barato writes them (llama.cpp's converter's order;
+/// models/gguf_export.hpp writes them so):
+/// token_embd, each block's attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
+/// ffn_down, ffn_up, then output_norm and (when not tied) output.
+[[nodiscard]] inline std::vector<LlamaTensorSlot> llama_tensor_slots(const LlamaConfig& c) {
+  std::vector<LlamaTensorSlot> s;
+  s.push_back({"token_embd.weight", c.vocab_size, c.dim, true});
+  for (std::size_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    s.push_back({p + "attn_norm.weight", 1, c.dim, false});
+    s.push_back({p + "attn_q.weight", c.q_dim(), c.dim, true});
+    s.push_back({p + "attn_k.weight", c.kv_dim(), c.dim, true});
+    s.push_back({p + "attn_v.weight", c.kv_dim(), c.dim, true});
+    s.push_back({p + "attn_output.weight", c.dim, c.q_dim(), true});
+    s.push_back({p + "ffn_norm.weight", 1, c.dim, false});
+    s.push_back({p + "ffn_gate.weight", c.hidden_dim, c.dim, true});
+    s.push_back({p + "ffn_down.weight", c.dim, c.hidden_dim, true});
+    s.push_back({p + "ffn_up.weight", c.hidden_dim, c.dim, true});
+  }
+  s.push_back({"output_norm.weight", 1, c.dim, false});
+  if (!c.shared_classifier) s.push_back({"output.weight", c.vocab_size, c.dim, true});
+  return s;
+}
+
+}  // namespace detail
+
 /// Bytes of the weights `load_gguf_llama(f, c)` holds (`--weights file`), from the tensor infos alone:
 /// the projections and the classifier as `gguf_linear_bytes` (a tied classifier is its own copy of
 /// token_embd in token_embd's type), the embedding and the norm gains in fp32. Every tensor's presence
 /// and shape is checked as the loader checks them (`format_error`).
 [[nodiscard]] inline std::size_t gguf_llama_loaded_bytes(const GgufFile& f, const LlamaConfig& c) {
-  const auto mat = [&](const std::string& name, std::size_t rows, std::size_t cols) {
-    return gguf_linear_bytes(detail::gguf_tensor(f, name, {cols, rows}).type, rows, cols);
-  };
   std::size_t bytes = 0;
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    for (const char* norm : {"attn_norm.weight", "ffn_norm.weight"}) {
-      (void)detail::gguf_tensor(f, p + norm, {c.dim});
-      bytes += c.dim * sizeof(float);
-    }
-    bytes += mat(p + "attn_q.weight", c.q_dim(), c.dim) + mat(p + "attn_k.weight", c.kv_dim(), c.dim) +
-             mat(p + "attn_v.weight", c.kv_dim(), c.dim) + mat(p + "attn_output.weight", c.dim, c.q_dim()) +
-             mat(p + "ffn_gate.weight", c.hidden_dim, c.dim) + mat(p + "ffn_down.weight", c.dim, c.hidden_dim) +
-             mat(p + "ffn_up.weight", c.hidden_dim, c.dim);
+  for (const auto& s : detail::llama_tensor_slots(c)) {
+    const GgufTensor& t = s.matrix ? detail::gguf_tensor(f, s.name, {s.cols, s.rows}) : detail::gguf_tensor(f, s.name, {s.cols});
+    if (!s.matrix || s.name == "token_embd.weight") bytes += s.rows * s.cols * sizeof(float);  // norm gains, the lookup table
+    if (s.matrix && (s.name != "token_embd.weight" || c.shared_classifier)) bytes += gguf_linear_bytes(t.type, s.rows, s.cols);
   }
-  (void)detail::gguf_tensor(f, "output_norm.weight", {c.dim});
-  bytes += c.dim * sizeof(float) + c.vocab_size * c.dim * sizeof(float);  // output_norm, token_embd in fp32
-  bytes += f.tensor("output.weight") != nullptr ? mat("output.weight", c.vocab_size, c.dim)
-                                                : mat("token_embd.weight", c.vocab_size, c.dim);
   return bytes;
 }
 

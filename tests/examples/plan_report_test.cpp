@@ -21,6 +21,18 @@
 using namespace barato_examples;
 using namespace barato::plan;
 
+namespace {
+/// The plans of model file `path` with `--weights weights --budget budget --reserve 0`.
+PlanPair model_plans(const std::filesystem::path& path, const std::string& weights, const std::string& budget) {
+  PlanOptions o;
+  o.model = path.string();
+  o.budget = budget;
+  o.reserve = "0";
+  o.weights = weights;
+  return make_plans(o);
+}
+}  // namespace
+
 TEST_CASE("plan report: the options give the plans the library gives") {
   PlanOptions o;
   o.shape = "7b";
@@ -103,12 +115,7 @@ TEST_CASE("plan report: the shape of stories260K from its header") {
   CHECK(s.vocab == L.vocab);
   // every float of the file but the header and freq_cis
   CHECK(s.parameters == double((std::filesystem::file_size(path) - kLlama2cHeaderBytes) / 4 - L.seq_len * L.head_size));
-  PlanOptions o;
-  o.model = path.string();
-  o.budget = "1MiB";
-  o.reserve = "0";
-  o.weights = "fp32";
-  const PlanPair p = make_plans(o);
+  const PlanPair p = model_plans(path, "fp32", "1MiB");
   CHECK(p.refined.weight_bytes() == std::size_t(s.parameters) * 4);
   CHECK(p.refined.kv_bytes_per_token() == 2 * L.n_layers * L.n_kv_heads * L.head_size * 2);
 }
@@ -260,12 +267,7 @@ TEST_CASE("plan report: --weights file is the weights as the tools load the file
     } else {
       loaded = load_llama2c(path).bytes();  // fp32, the tied classifier a copy of the embedding
     }
-    PlanOptions o;
-    o.model = path.string();
-    o.budget = "1GiB";
-    o.reserve = "0";
-    o.weights = "file";
-    const PlanPair p = make_plans(o);
+    const PlanPair p = model_plans(path, "file", "1GiB");
     CHECK(p.refined.input().weights.name == "file");
     // bits = 8 · bytes / parameters, and back: the plan's bytes are the loaded bytes (±1 for rounding)
     CHECK(p.refined.weight_bytes() + 1 >= loaded);
