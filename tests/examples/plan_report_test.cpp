@@ -24,12 +24,9 @@ using namespace barato::plan;
 namespace {
 /// The plans of model file `path` with `--weights weights --budget budget --reserve 0`.
 PlanPair model_plans(const std::filesystem::path& path, const std::string& weights, const std::string& budget) {
-  PlanOptions o;
-  o.model = path.string();
-  o.budget = budget;
-  o.reserve = "0";
-  o.weights = weights;
-  return make_plans(o);
+  // built, not assigned field by field: g++ 12 -O3 on Sapphire Rapids (-march=native) reported a
+  // false -Wstringop-overflow in the inlined assignment of "0" over the default reserve
+  return make_plans(PlanOptions{.model = path.string(), .budget = budget, .reserve = "0", .weights = weights});
 }
 }  // namespace
 
