@@ -25,7 +25,9 @@
 /// formats spend nothing else per block (`kRowStep`), the grouped ones convert and scale each block's
 /// sums. Measured on 4864×896, one thread (bench_batching Products, paired runs, medians): int8-row
 /// time(16) ≈ 3.1 × time(1) (4.0 × before `kRowStep` and two rows per call), int4-g128 ≈ 8 ×, fp32
-/// (nn::Dense) ≈ 1.7–2.2 ×; W8A8 (8-bit activations, quant/activation.hpp) ≈ 2.3 ×.
+/// (nn::Dense) ≈ 1.7–2.2 ×; W8A8 (8-bit activations, quant/activation.hpp) ≈ 2.3 ×. On hosts with
+/// AMX-INT8, int8-row / int8-tensor products of n ≥ `kAmxMinVectors` take AMX tiles instead
+/// (quant/amx.hpp, `gemv_amx`; same bits): 896×4864, one thread, n = 16 ≈ 1.3 × time(1), n = 64 ≈ 2.5 ×.
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
@@ -57,6 +59,7 @@
 
 #include "barato/core/error.hpp"
 #include "barato/core/parallel.hpp"
+#include "barato/quant/amx.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/quantized_matrix.hpp"
 #include "barato/quant/row_kernel.hpp"
@@ -87,10 +90,21 @@ inline constexpr std::size_t kRowTileBytes = std::size_t{1} << 14;
 /// Code bytes of a row block when n > kVecBlock (stays in L2 while the vector blocks pass over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 19;
 
+/// True when kernel K may hand batched products to AMX tiles (quant/amx.hpp; the VNNI kernel's `kAmx`).
+template <class K>
+[[nodiscard]] constexpr bool uses_amx() noexcept {
+  if constexpr (requires { K::kAmx; }) return K::kAmx;
+  else return false;
+}
+/// Vectors from which a product of a `uses_amx` kernel takes the tiles (below, a pass of 16-vector
+/// tiles costs more than the VNNI kernel: 4864 × 896 int8-row, n = 4, 395 → 480 µs; n = 16 1075 → 525).
+inline constexpr std::size_t kAmxMinVectors = 8;
+
 /// Arena bytes `gemv_batch` takes for n prepared vectors of `cols` columns with kernel K.
 template <class K>
 [[nodiscard]] constexpr std::size_t batch_scratch_bytes(std::size_t n, std::size_t cols) noexcept {
-  return scratch_round(n * sizeof(typename K::Activation)) + n * K::activation_bytes(cols);
+  return scratch_round(n * sizeof(typename K::Activation)) + scratch_round(n * K::activation_bytes(cols)) +
+         (uses_amx<K>() ? amx_pack_bytes(n, cols) : 0);
 }
 
 /// y[(j0 + j) · rows + r] = row r · a[j] for j < m (m ≤ kVecTile): one micro-kernel call.
@@ -172,6 +186,54 @@ inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std:
   }
 }
 
+#if defined(BARATO_AMX_COMPILED)
+/// `gemv_prepared`'s product by AMX tiles (quant/amx.hpp) for K's `kAmx` formats: the planes of the n
+/// prepared vectors (`per` bytes apart) packed into `pack`, then each thread's rows 32 at a time × 16
+/// vectors at a time by `amx_rows`, finished by `K::finish_row_step` (the VNNI kernel's bits); the
+/// rows past its last 32 by the VNNI kernel.
+template <class K, Format F>
+void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per, float* y,
+              int threads, std::int8_t* pack) {
+  amx_pack(acts, n, static_cast<std::ptrdiff_t>(per), pack);
+  const std::size_t chunks = acts[0].blocks * 128 / kAmxChunk;
+  const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
+  parallel_for(
+      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      [&](std::size_t lo, std::size_t hi) {
+        const detail::AmxConfig config;
+        _tile_loadconfig(&config);
+        alignas(64) std::int32_t sums[4][16][16];
+        alignas(64) float out[kAmxRows][kAmxVectors];
+        alignas(64) double step[kAmxVectors];
+        std::size_t r = lo;
+        for (; r + kAmxRows <= hi; r += kAmxRows)
+          for (std::size_t g = 0; g < groups; ++g) {
+            amx_rows(w.row(r), w.row_bytes, pack, g, chunks, sums);
+            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+            for (std::size_t v = 0; v < kAmxVectors; ++v)
+              step[v] = v < m ? static_cast<double>(acts[g * kAmxVectors + v].sx[0]) : 0.0;
+            for (std::size_t i = 0; i < kAmxRows; ++i)
+              amx_finish_row(sums[2 * (i / 16)][i % 16], sums[2 * (i / 16) + 1][i % 16], step,
+                             static_cast<float>(w.row_scales(r + i)[0]), out[i]);
+            const std::size_t tail = acts[0].blocks * 128;
+            for (std::size_t v = 0; v < m; ++v) {
+              const auto& a = acts[g * kAmxVectors + v];
+              float* yv = y + (g * kAmxVectors + v) * w.rows + r;
+              if (tail < w.cols)
+                for (std::size_t i = 0; i < kAmxRows; ++i)
+                  yv[i] = K::add_tail(out[i][v], w, r + i, w.row(r + i), tail, w.cols, a.x);
+              else
+                for (std::size_t i = 0; i < kAmxRows; ++i) yv[i] = out[i][v];
+            }
+          }
+        _tile_release();
+        for (std::size_t j = 0; j < n && r < hi; j += kVecTile)
+          dot_rows<K>(w, r, hi, acts + j, n - j < kVecTile ? n - j : kVecTile, y, j);
+      },
+      kAmxRows);
+}
+#endif
+
 /// Prepares the n vectors of X into the thread's arena, then splits the rows between threads.
 template <class K, Format F>
 void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::size_t n, int threads) {
@@ -182,6 +244,15 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
   for (std::size_t t = 0; t < n; ++t) ::new (s + t * sizeof(A)) A{};
   A* acts = std::launder(reinterpret_cast<A*>(s));  // [n] views into the planes after them
   for (std::size_t t = 0; t < n; ++t) K::prepare(x + t * w.cols, w.cols, acts[t], s + head + t * per);
+#if defined(BARATO_AMX_COMPILED)
+  if constexpr (uses_amx<K>()) {
+    if (n >= kAmxMinVectors && w.cols >= 128 && w.cols <= kAmxMaxCols && w.rows >= kAmxRows && amx_available()) {
+      gemv_amx<K>(w, acts, n, per, y, threads,
+                  reinterpret_cast<std::int8_t*>(s + head + scratch_round(n * per)));
+      return;
+    }
+  }
+#endif
   parallel_for(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {

@@ -43,6 +43,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "barato/quant/amx.hpp"
 #include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/fixed_point.hpp"
 #include "barato/quant/format.hpp"
@@ -88,6 +89,9 @@ struct RowKernel<Arch, F> {
   /// for all its full blocks, so the integer sums of a whole row are added in int32 lanes and scaled
   /// once — four `vpdpbusd` per 128 columns and nothing else per block.
   static constexpr bool kRowStep = !kSmallGroups && kGroup == 0;
+  /// Batched products may take Intel AMX tiles (quant/amx.hpp): int8 codes with one scale per row or
+  /// tensor, whose exact integer sums the tiles form too.
+  static constexpr bool kAmx = kAmxCompiled && kRowStep && F::kCodeBits == 8;
   /// Blocks whose lane sums stay in int32 before they are widened to int64: a lane's exact Σ u·x16
   /// over a block is at most 8 · 255 · 16383 in magnitude, and 64 such blocks stay below 2³¹.
   static constexpr std::size_t kRowSegmentBlocks = 64;
@@ -320,17 +324,21 @@ struct RowKernel<Arch, F> {
         }
       }
     }
-    const std::size_t tail = blocks * B;
-    for (std::size_t i = 0; i < R; ++i) {
-      const std::uint8_t* row = v.row(r + i);
-      const float s = static_cast<float>(v.row_scales(r + i)[0]);
-      for (std::size_t j = 0; j < N; ++j) {
-        const double step = blocks > 0 ? static_cast<double>(a[j].sx[0]) : 0.0;
-        float total = static_cast<float>(static_cast<double>(exact[i][j] + a[j].corr_row) * step * static_cast<double>(s));
-        if (tail < v.cols) total = add_tail(total, v, r + i, row, tail, v.cols, a[j].x);
-        out[i * N + j] = total;
-      }
-    }
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < N; ++j) out[i * N + j] = finish_row_step(v, r + i, exact[i][j] + a[j].corr_row, a[j]);
+  }
+
+  /// Row r · a for a `kRowStep` format from the exact Σ q·x16 over the full blocks: scaled once (in
+  /// double) by a's step and the row's scale, plus the fp32 tail columns. The one finishing step of
+  /// `dot_rows` and of the AMX tiles (quant/amx.hpp), so both give the same bits.
+  [[gnu::always_inline]] static float finish_row_step(const QuantizedView<F>& v, std::size_t r, std::int64_t qx,
+                                                      const Activation& a) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    const double step = a.blocks > 0 ? static_cast<double>(a.sx[0]) : 0.0;
+    const float s = static_cast<float>(v.row_scales(r)[0]);
+    float total = static_cast<float>(static_cast<double>(qx) * step * static_cast<double>(s));
+    if (a.blocks * B < v.cols) total = add_tail(total, v, r, v.row(r), a.blocks * B, v.cols, a.x);
+    return total;
   }
 
   /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (every format but int8 in groups

@@ -1,0 +1,162 @@
+#pragma once
+/// \file
+/// Intel AMX int8 tiles for the batched product of the int8 formats with one scale per row or per
+/// tensor (int8-row, int8-tensor: the VNNI kernel's `kRowStep` formats with 8-bit codes).
+///
+/// Why: with 15-bit activations the VNNI kernel spends two `vpdpbusd` per 64 columns and vector, so
+/// from n ≈ 4 vectors on a batched product is bound by that arithmetic, not by memory (quant/gemv.hpp).
+/// One `tdpbssd` multiplies a 16 × 64 tile of int8 by a 64 × 16 one into 16 × 16 int32 sums: 16,384
+/// multiply-adds per instruction where `vpdpbusd` does 64.
+///
+/// What: the activations stay the VNNI kernel's (quant/vnni.hpp `prepare`: x16 = 256·hi + lo, one
+/// fixed-point step per vector). `amx_pack` lays the two byte planes of 16 vectors out as AMX "B"
+/// tiles (row i of a 64-column chunk's tile holds columns 4i … 4i + 3 of each vector: the 4-byte pairs
+/// `tdpbssd` takes); the weights are the "A" tiles, loaded straight from the codes (16 rows, stride
+/// row_bytes) — signed codes times signed planes, so no offset correction. `amx_rows` takes 32 rows
+/// (two A tiles) × 16 vectors per pass: four int32 tiles (Σ q·hi and Σ q·lo of each half), then the
+/// exact Σ q·x16 = 256·Σ q·hi + Σ q·lo per (row, vector) in int64.
+///
+/// Exactness and batch invariance: the integer sum is the one the VNNI kernel forms, so the finished
+/// output (`K::finish_row_step`: the same scaling and fp32 tail) is bit for bit the VNNI kernel's —
+/// `gemv_batch` may use tiles for some n and vectors for others and row t of a batch still equals the
+/// single-vector product (tests/quant/amx_test.cpp). int32 sums are exact while |Σ q·lo| < 2³¹: up to
+/// `kAmxMaxCols` columns (longer rows take the VNNI kernel).
+///
+/// Availability: compiled when the translation unit enables AMX-TILE and AMX-INT8 (e.g. -march=native
+/// on Sapphire Rapids or later); used when Linux grants the process the tile state (`amx_available`,
+/// asked once with arch_prctl(ARCH_REQ_XCOMP_PERM)). Each thread loads the tile configuration before
+/// its rows and releases the tiles after.
+
+#include <cstddef>
+#include <cstdint>
+
+// (g++ defines __AMX_TILE__ / __AMX_INT8__, clang 14 __AMXTILE__ / __AMXINT8__)
+#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_INT8__) || defined(__AMXINT8__)) && \
+    defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define BARATO_AMX_COMPILED 1
+#endif
+
+namespace barato::quant {
+
+/// Rows of one AMX pass (two 16-row A tiles).
+inline constexpr std::size_t kAmxRows = 32;
+/// Vectors of one B tile.
+inline constexpr std::size_t kAmxVectors = 16;
+/// Columns per tile step (64 int8 per tile row).
+inline constexpr std::size_t kAmxChunk = 64;
+/// Longest row the tiles take: Σ q·lo over a row stays below 2³¹ (|q| ≤ 128, |lo| ≤ 128).
+inline constexpr std::size_t kAmxMaxCols = std::size_t{1} << 17;
+
+#if defined(BARATO_AMX_COMPILED)
+inline constexpr bool kAmxCompiled = true;
+
+/// True when the process may use AMX tile data: asks Linux once (ARCH_REQ_XCOMP_PERM for
+/// XFEATURE_XTILEDATA); false on kernels that refuse it. Thread-safe.
+[[nodiscard]] inline bool amx_available() noexcept {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return ok;
+}
+#else
+inline constexpr bool kAmxCompiled = false;
+[[nodiscard]] inline bool amx_available() noexcept { return false; }
+#endif
+
+/// Bytes of the packed planes of n vectors of `cols` columns (full 128-column blocks only; vectors
+/// rounded up to a whole B tile, the missing ones zero).
+[[nodiscard]] constexpr std::size_t amx_pack_bytes(std::size_t n, std::size_t cols) noexcept {
+  return 2 * ((n + kAmxVectors - 1) / kAmxVectors) * kAmxVectors * (cols / 128 * 128);
+}
+
+#if defined(BARATO_AMX_COMPILED)
+namespace detail {
+
+/// The 64-byte AMX tile configuration (palette 1): tiles 0–7 all 16 rows × 64 bytes.
+struct alignas(64) AmxConfig {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+/// B tile of vector group g, chunk c, plane p (0 hi, 1 lo) in a pack of `chunks` chunks per plane.
+[[nodiscard]] inline std::int8_t* amx_tile(std::int8_t* pack, std::size_t g, std::size_t c, std::size_t p,
+                                           std::size_t chunks) noexcept {
+  return pack + ((g * chunks + c) * 2 + p) * (kAmxVectors * kAmxChunk);
+}
+
+}  // namespace detail
+
+/// The planes of vectors a[0 … n) (prepared by the VNNI row-step kernel; vector t's planes at
+/// a[0].hi + t · stride and a[0].lo + t · stride) as B tiles into `pack` (64-byte aligned,
+/// amx_pack_bytes(n, cols) bytes): row i of chunk c's tile = columns 64c + 4i … 64c + 4i + 3 of vectors
+/// 0 … 15 (one 16-lane gather per row). O(n · cols).
+template <class Activation>
+void amx_pack(const Activation* a, std::size_t n, std::ptrdiff_t stride, std::int8_t* pack) noexcept {
+  const std::size_t chunks = a[0].blocks * 128 / kAmxChunk;
+  const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
+  for (std::size_t g = 0; g < groups; ++g) {
+    const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+    const auto live = static_cast<__mmask16>((1u << m) - 1u);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(stride)));
+    const std::int8_t* planes[2] = {a[g * kAmxVectors].hi, a[g * kAmxVectors].lo};
+    for (std::size_t c = 0; c < chunks; ++c)
+      for (std::size_t p = 0; p < 2; ++p) {
+        std::int8_t* t = detail::amx_tile(pack, g, c, p, chunks);
+        for (std::size_t i = 0; i < 16; ++i)
+          _mm512_store_si512(t + 64 * i, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx,
+                                                                     planes[p] + c * kAmxChunk + 4 * i, 1));
+      }
+  }
+}
+
+/// The integer sums of rows r0 … r0 + 31 (codes `codes`, `row_bytes` apart) against the 16 vectors of
+/// packed group g, over `chunks` chunks: sums[2h][i][v] = Σ q·hi and sums[2h + 1][i][v] = Σ q·lo of row
+/// r0 + 16h + i and vector 16g + v (so Σ q·x16 = 256 · the first + the second). The caller has loaded
+/// `detail::AmxConfig`. 32 · 16 · 64 · chunks · 2 multiply-adds in 4 · chunks `tdpbssd`.
+inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std::int8_t* pack, std::size_t g,
+                     std::size_t chunks, std::int32_t (*sums)[16][16]) noexcept {
+  _tile_zero(4);  // Σ q·hi, rows 0–15
+  _tile_zero(5);  // Σ q·lo, rows 0–15
+  _tile_zero(6);  // Σ q·hi, rows 16–31
+  _tile_zero(7);  // Σ q·lo, rows 16–31
+  const std::uint8_t* second = codes + 16 * row_bytes;
+  auto* p = const_cast<std::int8_t*>(pack);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
+    _tile_loadd(1, second + c * kAmxChunk, row_bytes);
+    _tile_loadd(2, detail::amx_tile(p, g, c, 0, chunks), 64);
+    _tile_loadd(3, detail::amx_tile(p, g, c, 1, chunks), 64);
+    _tile_dpbssd(4, 0, 2);
+    _tile_dpbssd(5, 0, 3);
+    _tile_dpbssd(6, 1, 2);
+    _tile_dpbssd(7, 1, 3);
+  }
+  _tile_stored(4, sums[0], 64);
+  _tile_stored(5, sums[1], 64);
+  _tile_stored(6, sums[2], 64);
+  _tile_stored(7, sums[3], 64);
+}
+
+/// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:
+/// out[v] = fp32(double(Σ q·x16) · step[v] · row_scale) (exact int64 sums; the same double products in
+/// the same order, one rounding to fp32). `step`: the 16 vectors' steps (0 past the live ones).
+[[gnu::always_inline]] inline void amx_finish_row(const std::int32_t* hi, const std::int32_t* lo, const double* step,
+                                                  float row_scale, float* out) noexcept {
+  const __m512d s = _mm512_set1_pd(static_cast<double>(row_scale));
+  const __m512i h = _mm512_load_si512(hi), l = _mm512_load_si512(lo);
+  __m256 half[2];
+  for (int k = 0; k < 2; ++k) {
+    const __m256i h8 = k == 0 ? _mm512_castsi512_si256(h) : _mm512_extracti64x4_epi64(h, 1);
+    const __m256i l8 = k == 0 ? _mm512_castsi512_si256(l) : _mm512_extracti64x4_epi64(l, 1);
+    const __m512i q = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(h8), 8), _mm512_cvtepi32_epi64(l8));
+    half[k] = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi64_pd(q), _mm512_load_pd(step + 8 * k)), s));
+  }
+  _mm512_store_ps(out, _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1));
+}
+#endif  // BARATO_AMX_COMPILED
+
+}  // namespace barato::quant
