@@ -56,6 +56,18 @@ struct Prepared {
   std::vector<K::Activation> acts;
 };
 
+/// n random vectors (seed) prepared, and their planes packed by `amx_pack`.
+struct Packed {
+  Packed(std::size_t n, std::size_t cols, unsigned seed)
+      : x(barato::test::random_vector(n * cols, seed, -3.0f, 3.0f)), p(x, n, cols), pack(amx_pack_bytes(n, cols)) {
+    amx_pack(p.acts.data(), n, static_cast<std::ptrdiff_t>(p.per), tiles());
+  }
+  [[nodiscard]] std::int8_t* tiles() const noexcept { return reinterpret_cast<std::int8_t*>(pack.p); }
+  std::vector<float> x;
+  Prepared p;
+  Aligned pack;
+};
+
 }  // namespace
 
 TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
@@ -69,11 +81,9 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
 
   SUBCASE("amx_pack: row i of chunk c's tile holds columns 64c + 4i … + 3 of each vector, zero past n") {
     const std::size_t n = 19;
-    const auto x = barato::test::random_vector(n * cols, 5, -3.0f, 3.0f);
-    Prepared p(x, n, cols);
-    Aligned pack(amx_pack_bytes(n, cols));
-    amx_pack(p.acts.data(), n, static_cast<std::ptrdiff_t>(p.per), reinterpret_cast<std::int8_t*>(pack.p));
-    const auto* bytes = reinterpret_cast<const std::int8_t*>(pack.p);
+    const Packed packed(n, cols, 5);
+    const Prepared& p = packed.p;
+    const std::int8_t* bytes = packed.tiles();
     for (std::size_t g = 0; g < 2; ++g)
       for (std::size_t c = 0; c < chunks; ++c)
         for (std::size_t plane = 0; plane < 2; ++plane)
@@ -88,18 +98,15 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
   }
 
   SUBCASE("amx_rows: the tiles' sums are the element-by-element integer sums") {
-    const std::size_t n = 16;
-    const auto x = barato::test::random_vector(n * cols, 6, -3.0f, 3.0f);
-    Prepared p(x, n, cols);
-    Aligned pack(amx_pack_bytes(n, cols));
-    amx_pack(p.acts.data(), n, static_cast<std::ptrdiff_t>(p.per), reinterpret_cast<std::int8_t*>(pack.p));
+    const Packed packed(16, cols, 6);
+    const Prepared& p = packed.p;
     const auto m = ref::test_matrix<F>(rows, cols, 7);
     const auto w = m.view();
     const std::size_t r0 = 32;
     const quant::detail::AmxConfig config;
     _tile_loadconfig(&config);
     alignas(64) std::int32_t sums[4][16][16];
-    amx_rows(w.row(r0), w.row_bytes, reinterpret_cast<const std::int8_t*>(pack.p), 0, chunks, sums);
+    amx_rows(w.row(r0), w.row_bytes, packed.tiles(), 0, chunks, sums);
     _tile_release();
     for (std::size_t i = 0; i < 32; ++i)
       for (std::size_t v = 0; v < 16; ++v) {
