@@ -47,8 +47,8 @@ inline constexpr std::size_t kAmxRows = 32;
 inline constexpr std::size_t kAmxVectors = 16;
 /// Columns per tile step (64 int8 per tile row).
 inline constexpr std::size_t kAmxChunk = 64;
-/// Longest row the tiles take: Σ q·lo over a row stays below 2³¹ (|q| ≤ 128, |lo| ≤ 128).
-inline constexpr std::size_t kAmxMaxCols = std::size_t{1} << 17;
+/// Longest row the tiles take: Σ q·lo over a row stays within 2³⁰ in magnitude (|q| ≤ 128, |lo| ≤ 128).
+inline constexpr std::size_t kAmxMaxCols = std::size_t{1} << 16;
 
 #if defined(BARATO_AMX_COMPILED)
 inline constexpr bool kAmxCompiled = true;
