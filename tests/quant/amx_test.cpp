@@ -1,4 +1,5 @@
-// quant/amx.hpp: the AMX int8 tiles of the batched int8 row-step product. The packed B tiles hold
+// quant/amx.hpp: the AMX int8 tiles of the batched int8 row-step product (and of W8A8's, one plane;
+// its gemv_batch bits are checked in activation_test.cpp). The packed B tiles hold
 // the planes where `tdpbssd` expects them, the tile sums equal integer sums taken element by element,
 // and gemv_batch through the tiles gives the VNNI kernel's single-vector bits (rows past the last
 // 32, tail columns, partial groups of 16 vectors, one and two threads). On a host or build without
@@ -27,6 +28,7 @@ TEST_CASE("amx_pack_bytes: two planes of whole 16-vector tiles over the full 128
   CHECK(amx_pack_bytes(16, 128) == 2 * 16 * 128);
   CHECK(amx_pack_bytes(17, 1024) == 2 * 32 * 1024);
   CHECK(amx_pack_bytes(5, 127) == 0);
+  CHECK(amx_pack_bytes(17, 5, 1) == 32 * 5 * 64);  // W8A8's one plane over 5 chunks
 }
 
 #if defined(BARATO_AMX_COMPILED)
@@ -118,6 +120,32 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
         }
         CHECK(sums[2 * (i / 16)][i % 16][v] == hi);
         CHECK(sums[2 * (i / 16) + 1][i % 16][v] == lo);
+      }
+  }
+
+  SUBCASE("amx_pack_planes<1> + amx_rows_int8 (W8A8's one plane): the element-by-element integer sums") {
+    const std::size_t n = 21, stride = 512, chunks = 384 / kAmxChunk;
+    Aligned codes(n * stride);
+    auto* xq = reinterpret_cast<std::int8_t*>(codes.p);
+    const auto r = barato::test::random_vector(n * stride, 11, -127.5f, 127.5f);
+    for (std::size_t i = 0; i < n * stride; ++i) xq[i] = static_cast<std::int8_t>(static_cast<int>(r[i]));
+    Aligned pack(amx_pack_bytes(n, chunks, 1));
+    const std::int8_t* first[1] = {xq};
+    amx_pack_planes<1>(first, static_cast<std::ptrdiff_t>(stride), n, chunks, reinterpret_cast<std::int8_t*>(pack.p));
+    const auto m = ref::test_matrix<F>(rows, cols, 12);
+    const auto w = m.view();
+    const quant::detail::AmxConfig config;
+    _tile_loadconfig(&config);
+    alignas(64) std::int32_t sums[2][16][16];
+    amx_rows_int8(w.row(0), w.row_bytes, reinterpret_cast<const std::int8_t*>(pack.p), 1, chunks, sums);
+    _tile_release();
+    for (std::size_t i = 0; i < 32; ++i)
+      for (std::size_t v = 0; v < 16; ++v) {
+        const auto* q = reinterpret_cast<const std::int8_t*>(w.row(i));
+        std::int64_t d = 0;
+        if (16 + v < n)
+          for (std::size_t c = 0; c < 384; ++c) d += std::int64_t{q[c]} * xq[(16 + v) * stride + c];
+        CHECK(sums[i / 16][i % 16][v] == d);  // vectors 21 … 31 of group 1 are zero
       }
   }
 

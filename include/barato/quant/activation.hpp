@@ -25,6 +25,7 @@
 #include "barato/core/prefetch.hpp"
 #include "barato/nn/linear_layer.hpp"
 #include "barato/quant/absmax.hpp"
+#include "barato/quant/amx.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/gemv.hpp"
 #include "barato/quant/quantized_matrix.hpp"
@@ -209,9 +210,69 @@ inline void w8a8_rows(const View& w, std::size_t r0, std::size_t r1, const Int8A
   }
 }
 
-/// Y = dequant(W) · dequant(A) for n quantized vectors a [n], rows split between threads.
+#if defined(BARATO_AMX_COMPILED)
+/// `gemv_w8a8_batch` by AMX tiles (quant/amx.hpp): the n vectors' codes (`stride` bytes apart) packed
+/// into `pack` (amx_pack_bytes(n, cols / 64, 1) bytes), each thread's rows 32 at a time × 16 vectors at a
+/// time by `amx_rows_int8`, the columns past the last 64 added in int32, then y = s_r · sx · d as
+/// `w8a8_rows` does it — the integer d is the same, so the bits are; rows past a thread's last 32 by
+/// `w8a8_rows`.
 template <class Arch, class View>
-void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, float* y, int threads) {
+void w8a8_amx(const View& w, const Int8Activation* a, std::size_t n, float* y, int threads, std::ptrdiff_t stride,
+              std::int8_t* pack) {
+  const std::size_t chunks = w.cols / kAmxChunk, full = chunks * kAmxChunk;
+  const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
+  const std::int8_t* first[1] = {a[0].q};
+  amx_pack_planes<1>(first, stride, n, chunks, pack);
+  parallel_for(
+      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      [&](std::size_t lo, std::size_t hi) {
+        const detail::AmxConfig config;
+        _tile_loadconfig(&config);
+        alignas(64) std::int32_t sums[2][16][16];
+        std::size_t r = lo;
+        for (; r + kAmxRows <= hi; r += kAmxRows)
+          for (std::size_t g = 0; g < groups; ++g) {
+            amx_rows_int8(w.row(r), w.row_bytes, pack, g, chunks, sums);
+            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+            for (std::size_t i = 0; i < kAmxRows; ++i) {
+              const auto* q = reinterpret_cast<const std::int8_t*>(w.row(r + i));
+              const float s = static_cast<float>(w.row_scales(r + i)[0]);
+              for (std::size_t v = 0; v < m; ++v) {
+                const Int8Activation& x = a[g * kAmxVectors + v];
+                std::int32_t d = sums[i / 16][i % 16][v];
+                for (std::size_t c = full; c < w.cols; ++c) d += std::int32_t{q[c]} * x.q[c];
+                y[(g * kAmxVectors + v) * w.rows + r + i] = s * x.sx * static_cast<float>(d);
+              }
+            }
+          }
+        _tile_release();
+        if (r < hi)
+          walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+            w8a8_rows<Arch>(w, r0, r1, a + j, m, y, j);
+          });
+      },
+      kAmxRows);
+}
+#endif
+
+/// Y = dequant(W) · dequant(A) for n quantized vectors a [n], rows split between threads. With `pack`
+/// (amx_pack_bytes(n, cols / 64, 1) bytes; the codes of vector t at a[0].q + t · stride), batches of
+/// kAmxMinVectors or more take AMX tiles where the build and the kernel allow them (same bits).
+template <class Arch, class View>
+void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, float* y, int threads,
+                     std::ptrdiff_t stride = 0, std::int8_t* pack = nullptr) {
+#if defined(BARATO_AMX_COMPILED)
+  if constexpr (simd::kHasAvx512bw<Arch>) {
+    if (pack != nullptr && n >= kAmxMinVectors && w.cols >= kAmxChunk && w.cols <= kAmxMaxCols && w.rows >= kAmxRows &&
+        amx_available()) {
+      w8a8_amx<Arch>(w, a, n, y, threads, stride, pack);
+      return;
+    }
+  }
+#else
+  (void)stride;
+  (void)pack;
+#endif
   parallel_for(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {
@@ -243,7 +304,8 @@ void gemv_w8a8(const QuantizedView<AbsMax<8, Gran, S>>& w, std::span<const std::
 /// dot products are exact; y = s_r · sx_t · d in the same order). Error: per token, x is rounded to
 /// sx / 2 (sx = max |x| / 127), so |y_r − Ŵ_r·x| ≤ (sx / 2) Σ_c |Ŵ_rc| plus one fp32 rounding.
 /// Allocates nothing once the arena holds the largest batch (`reserve`); `apply` may run from several
-/// threads at once.
+/// threads at once. On AMX hosts batches of `kAmxMinVectors` or more run on AMX tiles (quant/amx.hpp;
+/// the same integer products, so the same bits).
 template <Element S = f16, class Arch = simd::DefaultArch>
 class W8A8Linear {
  public:
@@ -276,7 +338,8 @@ class W8A8Linear {
 
  private:
   [[nodiscard]] std::size_t scratch_bytes(std::size_t n) const noexcept {
-    return scratch_round(n * sizeof(Int8Activation)) + n * scratch_round(cols());
+    return scratch_round(n * sizeof(Int8Activation)) + n * scratch_round(cols()) +
+           (kAmxCompiled ? amx_pack_bytes(n, cols() / kAmxChunk, 1) : 0);
   }
   void run(std::span<const float> x, std::span<float> y, std::size_t n, int threads) const {
     if (n == 0) return;
@@ -290,7 +353,8 @@ class W8A8Linear {
       acts[t].sx = quantize_activation(x.subspan(t * c, c), std::span<std::int8_t>(q, c));
       for (std::size_t i = 0; i < c; ++i) acts[t].sum += q[i];
     }
-    detail::gemv_w8a8_batch<Arch>(m_.view(), acts, n, y.data(), threads);
+    detail::gemv_w8a8_batch<Arch>(m_.view(), acts, n, y.data(), threads, static_cast<std::ptrdiff_t>(scratch_round(c)),
+                                  kAmxCompiled ? reinterpret_cast<std::int8_t*>(s + head + n * scratch_round(c)) : nullptr);
   }
 
   QuantizedMatrix<format> m_;

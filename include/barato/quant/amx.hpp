@@ -64,10 +64,14 @@ inline constexpr bool kAmxCompiled = false;
 [[nodiscard]] inline bool amx_available() noexcept { return false; }
 #endif
 
-/// Bytes of the packed planes of n vectors of `cols` columns (full 128-column blocks only; vectors
-/// rounded up to a whole B tile, the missing ones zero).
+/// Bytes of `planes` byte planes of n vectors packed as B tiles over `chunks` 64-column chunks (vectors
+/// rounded up to a whole tile, the missing ones zero).
+[[nodiscard]] constexpr std::size_t amx_pack_bytes(std::size_t n, std::size_t chunks, std::size_t planes) noexcept {
+  return planes * ((n + kAmxVectors - 1) / kAmxVectors) * kAmxVectors * chunks * kAmxChunk;
+}
+/// `amx_pack_bytes` of the row-step kernel's two planes over the full 128-column blocks of `cols`.
 [[nodiscard]] constexpr std::size_t amx_pack_bytes(std::size_t n, std::size_t cols) noexcept {
-  return 2 * ((n + kAmxVectors - 1) / kAmxVectors) * kAmxVectors * (cols / 128 * 128);
+  return amx_pack_bytes(n, cols / 128 * 2, 2);
 }
 
 #if defined(BARATO_AMX_COMPILED)
@@ -81,36 +85,45 @@ struct alignas(64) AmxConfig {
   std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-/// B tile of vector group g, chunk c, plane p (0 hi, 1 lo) in a pack of `chunks` chunks per plane.
+/// B tile of vector group g, chunk c, plane p in a pack of P planes over `chunks` chunks.
+template <std::size_t P>
 [[nodiscard]] inline std::int8_t* amx_tile(std::int8_t* pack, std::size_t g, std::size_t c, std::size_t p,
                                            std::size_t chunks) noexcept {
-  return pack + ((g * chunks + c) * 2 + p) * (kAmxVectors * kAmxChunk);
+  return pack + ((g * chunks + c) * P + p) * (kAmxVectors * kAmxChunk);
 }
 
 }  // namespace detail
 
-/// The planes of vectors a[0 … n) (prepared by the VNNI row-step kernel; vector t's planes at
-/// a[0].hi + t · stride and a[0].lo + t · stride) as B tiles into `pack` (64-byte aligned,
-/// amx_pack_bytes(n, cols) bytes): row i of chunk c's tile = columns 64c + 4i … 64c + 4i + 3 of vectors
-/// 0 … 15 (one 16-lane gather per row). O(n · cols).
-template <class Activation>
-void amx_pack(const Activation* a, std::size_t n, std::ptrdiff_t stride, std::int8_t* pack) noexcept {
-  const std::size_t chunks = a[0].blocks * 128 / kAmxChunk;
+/// P byte planes of vectors 0 … n − 1 as B tiles into `pack` (64-byte aligned, amx_pack_bytes(n, chunks,
+/// P) bytes): plane p of vector t starts at first[p] + t · stride; row i of chunk c's tile holds
+/// columns 64c + 4i … 64c + 4i + 3 of vectors 0 … 15 of the group, the 4-byte pairs `tdpbssd` takes
+/// (one 16-lane gather per row; vectors past n are zero). O(n · chunks · 64 · P).
+template <std::size_t P>
+void amx_pack_planes(const std::int8_t* const* first, std::ptrdiff_t stride, std::size_t n, std::size_t chunks,
+                     std::int8_t* pack) noexcept {
   const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int>(stride)));
   for (std::size_t g = 0; g < groups; ++g) {
     const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
     const auto live = static_cast<__mmask16>((1u << m) - 1u);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(static_cast<int>(stride)));
-    const std::int8_t* planes[2] = {a[g * kAmxVectors].hi, a[g * kAmxVectors].lo};
     for (std::size_t c = 0; c < chunks; ++c)
-      for (std::size_t p = 0; p < 2; ++p) {
-        std::int8_t* t = detail::amx_tile(pack, g, c, p, chunks);
+      for (std::size_t p = 0; p < P; ++p) {
+        const std::int8_t* src = first[p] + static_cast<std::ptrdiff_t>(g * kAmxVectors) * stride + c * kAmxChunk;
+        std::int8_t* t = detail::amx_tile<P>(pack, g, c, p, chunks);
         for (std::size_t i = 0; i < 16; ++i)
-          _mm512_store_si512(t + 64 * i, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx,
-                                                                     planes[p] + c * kAmxChunk + 4 * i, 1));
+          _mm512_store_si512(t + 64 * i, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, src + 4 * i, 1));
       }
   }
+}
+
+/// The two planes of vectors a[0 … n) prepared by the VNNI row-step kernel (vector t's planes at
+/// a[0].hi + t · stride and a[0].lo + t · stride, as `gemv_prepared` lays them out) over their full
+/// 128-column blocks: `amx_pack_planes<2>` into amx_pack_bytes(n, cols) bytes.
+template <class Activation>
+void amx_pack(const Activation* a, std::size_t n, std::ptrdiff_t stride, std::int8_t* pack) noexcept {
+  const std::int8_t* first[2] = {a[0].hi, a[0].lo};
+  amx_pack_planes<2>(first, stride, n, a[0].blocks * 128 / kAmxChunk, pack);
 }
 
 /// The integer sums of rows r0 … r0 + 31 (codes `codes`, `row_bytes` apart) against the 16 vectors of
@@ -128,8 +141,8 @@ inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std
   for (std::size_t c = 0; c < chunks; ++c) {
     _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
     _tile_loadd(1, second + c * kAmxChunk, row_bytes);
-    _tile_loadd(2, detail::amx_tile(p, g, c, 0, chunks), 64);
-    _tile_loadd(3, detail::amx_tile(p, g, c, 1, chunks), 64);
+    _tile_loadd(2, detail::amx_tile<2>(p, g, c, 0, chunks), 64);
+    _tile_loadd(3, detail::amx_tile<2>(p, g, c, 1, chunks), 64);
     _tile_dpbssd(4, 0, 2);
     _tile_dpbssd(5, 0, 3);
     _tile_dpbssd(6, 1, 2);
@@ -139,6 +152,26 @@ inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std
   _tile_stored(5, sums[1], 64);
   _tile_stored(6, sums[2], 64);
   _tile_stored(7, sums[3], 64);
+}
+
+/// `amx_rows` for one plane (W8A8's int8 activations, quant/activation.hpp, packed by
+/// `amx_pack_planes<1>`): sums[h][i][v] = Σ q·x of row r0 + 16h + i and vector 16g + v over `chunks`
+/// chunks, exact in int32. 2 · chunks `tdpbssd`.
+inline void amx_rows_int8(const std::uint8_t* codes, std::size_t row_bytes, const std::int8_t* pack, std::size_t g,
+                          std::size_t chunks, std::int32_t (*sums)[16][16]) noexcept {
+  _tile_zero(4);  // rows 0–15
+  _tile_zero(5);  // rows 16–31
+  const std::uint8_t* second = codes + 16 * row_bytes;
+  auto* p = const_cast<std::int8_t*>(pack);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
+    _tile_loadd(1, second + c * kAmxChunk, row_bytes);
+    _tile_loadd(2, detail::amx_tile<1>(p, g, c, 0, chunks), 64);
+    _tile_dpbssd(4, 0, 2);
+    _tile_dpbssd(5, 1, 2);
+  }
+  _tile_stored(4, sums[0], 64);
+  _tile_stored(5, sums[1], 64);
 }
 
 /// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:
