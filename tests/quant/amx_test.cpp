@@ -99,7 +99,7 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
               }
   }
 
-  SUBCASE("amx_rows: the tiles' sums are the element-by-element integer sums") {
+  SUBCASE("amx_rows<2>: the tiles' sums are the element-by-element integer sums") {
     const Packed packed(16, cols, 6);
     const Prepared& p = packed.p;
     const auto m = ref::test_matrix<F>(rows, cols, 7);
@@ -108,7 +108,7 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
     const quant::detail::AmxConfig config;
     _tile_loadconfig(&config);
     alignas(64) std::int32_t sums[4][16][16];
-    amx_rows(w.row(r0), w.row_bytes, packed.tiles(), 0, chunks, sums);
+    amx_rows<2>(w.row(r0), w.row_bytes, packed.tiles(), 0, chunks, sums);
     _tile_release();
     for (std::size_t i = 0; i < 32; ++i)
       for (std::size_t v = 0; v < 16; ++v) {
@@ -123,7 +123,7 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
       }
   }
 
-  SUBCASE("amx_pack_planes<1> + amx_rows_int8 (W8A8's one plane): the element-by-element integer sums") {
+  SUBCASE("amx_pack_planes<1> + amx_rows<1> (W8A8's one plane): the element-by-element integer sums") {
     const std::size_t n = 21, stride = 512, chunks = 384 / kAmxChunk;
     Aligned codes(n * stride);
     auto* xq = reinterpret_cast<std::int8_t*>(codes.p);
@@ -137,7 +137,7 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
     const quant::detail::AmxConfig config;
     _tile_loadconfig(&config);
     alignas(64) std::int32_t sums[2][16][16];
-    amx_rows_int8(w.row(0), w.row_bytes, reinterpret_cast<const std::int8_t*>(pack.p), 1, chunks, sums);
+    amx_rows<1>(w.row(0), w.row_bytes, reinterpret_cast<const std::int8_t*>(pack.p), 1, chunks, sums);
     _tile_release();
     for (std::size_t i = 0; i < 32; ++i)
       for (std::size_t v = 0; v < 16; ++v) {

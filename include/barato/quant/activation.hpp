@@ -213,7 +213,7 @@ inline void w8a8_rows(const View& w, std::size_t r0, std::size_t r1, const Int8A
 #if defined(BARATO_AMX_COMPILED)
 /// `gemv_w8a8_batch` by AMX tiles (quant/amx.hpp): the n vectors' codes (`stride` bytes apart) packed
 /// into `pack` (amx_pack_bytes(n, cols / 64, 1) bytes), each thread's rows 32 at a time × 16 vectors at a
-/// time by `amx_rows_int8`, the columns past the last 64 added in int32, then y = s_r · sx · d as
+/// time by `amx_rows<1>`, the columns past the last 64 added in int32, then y = s_r · sx · d as
 /// `w8a8_rows` does it — the integer d is the same, so the bits are; rows past a thread's last 32 by
 /// `w8a8_rows`.
 template <class Arch, class View>
@@ -223,35 +223,30 @@ void w8a8_amx(const View& w, const Int8Activation* a, std::size_t n, float* y, i
   const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
   const std::int8_t* first[1] = {a[0].q};
   amx_pack_planes<1>(first, stride, n, chunks, pack);
-  parallel_for(
+  amx_row_passes(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
-      [&](std::size_t lo, std::size_t hi) {
-        const detail::AmxConfig config;
-        _tile_loadconfig(&config);
+      [&](std::size_t r) {
         alignas(64) std::int32_t sums[2][16][16];
-        std::size_t r = lo;
-        for (; r + kAmxRows <= hi; r += kAmxRows)
-          for (std::size_t g = 0; g < groups; ++g) {
-            amx_rows_int8(w.row(r), w.row_bytes, pack, g, chunks, sums);
-            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
-            for (std::size_t i = 0; i < kAmxRows; ++i) {
-              const auto* q = reinterpret_cast<const std::int8_t*>(w.row(r + i));
-              const float s = static_cast<float>(w.row_scales(r + i)[0]);
-              for (std::size_t v = 0; v < m; ++v) {
-                const Int8Activation& x = a[g * kAmxVectors + v];
-                std::int32_t d = sums[i / 16][i % 16][v];
-                for (std::size_t c = full; c < w.cols; ++c) d += std::int32_t{q[c]} * x.q[c];
-                y[(g * kAmxVectors + v) * w.rows + r + i] = s * x.sx * static_cast<float>(d);
-              }
+        for (std::size_t g = 0; g < groups; ++g) {
+          amx_rows<1>(w.row(r), w.row_bytes, pack, g, chunks, sums);
+          const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+          for (std::size_t i = 0; i < kAmxRows; ++i) {
+            const auto* q = reinterpret_cast<const std::int8_t*>(w.row(r + i));
+            const float s = static_cast<float>(w.row_scales(r + i)[0]);
+            for (std::size_t v = 0; v < m; ++v) {
+              const Int8Activation& x = a[g * kAmxVectors + v];
+              std::int32_t d = sums[i / 16][i % 16][v];
+              for (std::size_t c = full; c < w.cols; ++c) d += std::int32_t{q[c]} * x.q[c];
+              y[(g * kAmxVectors + v) * w.rows + r + i] = s * x.sx * static_cast<float>(d);
             }
           }
-        _tile_release();
-        if (r < hi)
-          walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
-            w8a8_rows<Arch>(w, r0, r1, a + j, m, y, j);
-          });
+        }
       },
-      kAmxRows);
+      [&](std::size_t r, std::size_t hi) {
+        walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+          w8a8_rows<Arch>(w, r0, r1, a + j, m, y, j);
+        });
+      });
 }
 #endif
 

@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "barato/core/parallel.hpp"
+
 // (g++ defines __AMX_TILE__ / __AMX_INT8__, clang 14 __AMXTILE__ / __AMXINT8__)
 #if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_INT8__) || defined(__AMXINT8__)) && \
     defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__linux__)
@@ -127,51 +129,62 @@ void amx_pack(const Activation* a, std::size_t n, std::ptrdiff_t stride, std::in
 }
 
 /// The integer sums of rows r0 … r0 + 31 (codes `codes`, `row_bytes` apart) against the 16 vectors of
-/// packed group g, over `chunks` chunks: sums[2h][i][v] = Σ q·hi and sums[2h + 1][i][v] = Σ q·lo of row
-/// r0 + 16h + i and vector 16g + v (so Σ q·x16 = 256 · the first + the second). The caller has loaded
-/// `detail::AmxConfig`. 32 · 16 · 64 · chunks · 2 multiply-adds in 4 · chunks `tdpbssd`.
+/// group g of a pack of P planes (`amx_pack_planes<P>`), over `chunks` chunks, exact in int32:
+/// sums[P·h + p][i][v] = Σ q·plane_p of row r0 + 16h + i and vector 16g + v. P = 2: the row-step
+/// kernel's hi and lo planes (Σ q·x16 = 256 · the first + the second); P = 1: W8A8's int8 codes. The
+/// caller has loaded `detail::AmxConfig`. 2·P · chunks `tdpbssd`.
+template <std::size_t P>
 inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std::int8_t* pack, std::size_t g,
                      std::size_t chunks, std::int32_t (*sums)[16][16]) noexcept {
-  _tile_zero(4);  // Σ q·hi, rows 0–15
-  _tile_zero(5);  // Σ q·lo, rows 0–15
-  _tile_zero(6);  // Σ q·hi, rows 16–31
-  _tile_zero(7);  // Σ q·lo, rows 16–31
+  static_assert(P == 1 || P == 2);
+  // tiles: 0, 1 the weights of rows 0–15 and 16–31; 2 (and 3) the planes; 4 + P·h + p the sums
+  _tile_zero(4);
+  _tile_zero(5);
+  if constexpr (P == 2) {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
   const std::uint8_t* second = codes + 16 * row_bytes;
-  auto* p = const_cast<std::int8_t*>(pack);
+  auto* t = const_cast<std::int8_t*>(pack);
   for (std::size_t c = 0; c < chunks; ++c) {
     _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
     _tile_loadd(1, second + c * kAmxChunk, row_bytes);
-    _tile_loadd(2, detail::amx_tile<2>(p, g, c, 0, chunks), 64);
-    _tile_loadd(3, detail::amx_tile<2>(p, g, c, 1, chunks), 64);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbssd(5, 0, 3);
-    _tile_dpbssd(6, 1, 2);
-    _tile_dpbssd(7, 1, 3);
+    _tile_loadd(2, detail::amx_tile<P>(t, g, c, 0, chunks), 64);
+    if constexpr (P == 2) {
+      _tile_loadd(3, detail::amx_tile<P>(t, g, c, 1, chunks), 64);
+      _tile_dpbssd(4, 0, 2);
+      _tile_dpbssd(5, 0, 3);
+      _tile_dpbssd(6, 1, 2);
+      _tile_dpbssd(7, 1, 3);
+    } else {
+      _tile_dpbssd(4, 0, 2);
+      _tile_dpbssd(5, 1, 2);
+    }
   }
   _tile_stored(4, sums[0], 64);
   _tile_stored(5, sums[1], 64);
-  _tile_stored(6, sums[2], 64);
-  _tile_stored(7, sums[3], 64);
+  if constexpr (P == 2) {
+    _tile_stored(6, sums[2], 64);
+    _tile_stored(7, sums[3], 64);
+  }
 }
 
-/// `amx_rows` for one plane (W8A8's int8 activations, quant/activation.hpp, packed by
-/// `amx_pack_planes<1>`): sums[h][i][v] = Σ q·x of row r0 + 16h + i and vector 16g + v over `chunks`
-/// chunks, exact in int32. 2 · chunks `tdpbssd`.
-inline void amx_rows_int8(const std::uint8_t* codes, std::size_t row_bytes, const std::int8_t* pack, std::size_t g,
-                          std::size_t chunks, std::int32_t (*sums)[16][16]) noexcept {
-  _tile_zero(4);  // rows 0–15
-  _tile_zero(5);  // rows 16–31
-  const std::uint8_t* second = codes + 16 * row_bytes;
-  auto* p = const_cast<std::int8_t*>(pack);
-  for (std::size_t c = 0; c < chunks; ++c) {
-    _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
-    _tile_loadd(1, second + c * kAmxChunk, row_bytes);
-    _tile_loadd(2, detail::amx_tile<1>(p, g, c, 0, chunks), 64);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbssd(5, 1, 2);
-  }
-  _tile_stored(4, sums[0], 64);
-  _tile_stored(5, sums[1], 64);
+/// Rows [0, rows) split between `threads` threads in multiples of 32 (`parallel_for`); each thread
+/// loads the tile configuration, calls pass(r) for each of its full 32-row passes, releases the tiles
+/// and hands the rows past its last pass to rest(r, hi) (if any).
+template <class Pass, class Rest>
+void amx_row_passes(std::size_t rows, int threads, Pass&& pass, Rest&& rest) {
+  parallel_for(
+      rows, threads,
+      [&](std::size_t lo, std::size_t hi) {
+        const detail::AmxConfig config;
+        _tile_loadconfig(&config);
+        std::size_t r = lo;
+        for (; r + kAmxRows <= hi; r += kAmxRows) pass(r);
+        _tile_release();
+        if (r < hi) rest(r, hi);
+      },
+      kAmxRows);
 }
 
 /// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:

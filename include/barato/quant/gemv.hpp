@@ -189,48 +189,44 @@ inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std:
 #if defined(BARATO_AMX_COMPILED)
 /// `gemv_prepared`'s product by AMX tiles (quant/amx.hpp) for K's `kAmx` formats: the planes of the n
 /// prepared vectors (`per` bytes apart) packed into `pack`, then each thread's rows 32 at a time × 16
-/// vectors at a time by `amx_rows`, finished by `K::finish_row_step` (the VNNI kernel's bits); the
-/// rows past its last 32 by the VNNI kernel.
+/// vectors at a time by `amx_rows<2>`, finished by `amx_finish_row` (the arithmetic of
+/// `K::finish_row_step`, so the VNNI kernel's bits); the rows past its last 32 by the VNNI kernel.
 template <class K, Format F>
 void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per, float* y,
               int threads, std::int8_t* pack) {
   amx_pack(acts, n, static_cast<std::ptrdiff_t>(per), pack);
   const std::size_t chunks = acts[0].blocks * 128 / kAmxChunk;
   const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
-  parallel_for(
+  const std::size_t tail = acts[0].blocks * 128;
+  amx_row_passes(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
-      [&](std::size_t lo, std::size_t hi) {
-        const detail::AmxConfig config;
-        _tile_loadconfig(&config);
+      [&](std::size_t r) {
         alignas(64) std::int32_t sums[4][16][16];
         alignas(64) float out[kAmxRows][kAmxVectors];
         alignas(64) double step[kAmxVectors];
-        std::size_t r = lo;
-        for (; r + kAmxRows <= hi; r += kAmxRows)
-          for (std::size_t g = 0; g < groups; ++g) {
-            amx_rows(w.row(r), w.row_bytes, pack, g, chunks, sums);
-            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
-            for (std::size_t v = 0; v < kAmxVectors; ++v)
-              step[v] = v < m ? static_cast<double>(acts[g * kAmxVectors + v].sx[0]) : 0.0;
-            for (std::size_t i = 0; i < kAmxRows; ++i)
-              amx_finish_row(sums[2 * (i / 16)][i % 16], sums[2 * (i / 16) + 1][i % 16], step,
-                             static_cast<float>(w.row_scales(r + i)[0]), out[i]);
-            const std::size_t tail = acts[0].blocks * 128;
-            for (std::size_t v = 0; v < m; ++v) {
-              const auto& a = acts[g * kAmxVectors + v];
-              float* yv = y + (g * kAmxVectors + v) * w.rows + r;
-              if (tail < w.cols)
-                for (std::size_t i = 0; i < kAmxRows; ++i)
-                  yv[i] = K::add_tail(out[i][v], w, r + i, w.row(r + i), tail, w.cols, a.x);
-              else
-                for (std::size_t i = 0; i < kAmxRows; ++i) yv[i] = out[i][v];
-            }
+        for (std::size_t g = 0; g < groups; ++g) {
+          amx_rows<2>(w.row(r), w.row_bytes, pack, g, chunks, sums);
+          const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+          for (std::size_t v = 0; v < kAmxVectors; ++v)
+            step[v] = v < m ? static_cast<double>(acts[g * kAmxVectors + v].sx[0]) : 0.0;
+          for (std::size_t i = 0; i < kAmxRows; ++i)
+            amx_finish_row(sums[2 * (i / 16)][i % 16], sums[2 * (i / 16) + 1][i % 16], step,
+                           static_cast<float>(w.row_scales(r + i)[0]), out[i]);
+          for (std::size_t v = 0; v < m; ++v) {
+            const auto& a = acts[g * kAmxVectors + v];
+            float* yv = y + (g * kAmxVectors + v) * w.rows + r;
+            if (tail < w.cols)
+              for (std::size_t i = 0; i < kAmxRows; ++i)
+                yv[i] = K::add_tail(out[i][v], w, r + i, w.row(r + i), tail, w.cols, a.x);
+            else
+              for (std::size_t i = 0; i < kAmxRows; ++i) yv[i] = out[i][v];
           }
-        _tile_release();
-        for (std::size_t j = 0; j < n && r < hi; j += kVecTile)
-          dot_rows<K>(w, r, hi, acts + j, n - j < kVecTile ? n - j : kVecTile, y, j);
+        }
       },
-      kAmxRows);
+      [&](std::size_t r, std::size_t hi) {
+        for (std::size_t j = 0; j < n; j += kVecTile)
+          dot_rows<K>(w, r, hi, acts + j, n - j < kVecTile ? n - j : kVecTile, y, j);
+      });
 }
 #endif
 
