@@ -44,6 +44,32 @@ TEST_CASE("per-token activation quantization: absmax / 127, round half to even, 
   CHECK_THROWS_AS((void)quantize_activation(x, std::span<std::int8_t>(qz)), shape_error);
 }
 
+TEST_CASE("per-token activation quantization: the vectorized loops give the scalar rule's codes and name the first non-finite x") {
+  for (const std::size_t n : {1, 15, 16, 17, 70, 300, 4864}) {
+    CAPTURE(n);
+    auto x = barato::test::random_vector(n, 40 + unsigned(n), -3.f, 3.f);
+    // halves of the step exercise round-half-to-even
+    for (std::size_t i = 1; i < n; i += 7) x[i] = (static_cast<float>(i % 50) + 0.5f) * (3.f / 127.f);
+    std::vector<std::int8_t> q(n);
+    const float s = quantize_activation(x, q);
+    float m = 0.f;
+    for (const float v : x) m = std::fabs(v) > m ? std::fabs(v) : m;
+    REQUIRE(s == m / 127.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      float v = std::nearbyint(x[i] / s);
+      v = v > 127.f ? 127.f : (v < -127.f ? -127.f : v);
+      if (q[i] != static_cast<std::int8_t>(v)) REQUIRE(int(q[i]) == int(v));
+    }
+  }
+  auto x = barato::test::random_vector(300, 49, -3.f, 3.f);
+  std::vector<std::int8_t> q(300);
+  x[37] = std::numeric_limits<float>::quiet_NaN();
+  x[200] = -std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH_AS((void)quantize_activation(x, q), doctest::Contains("x[37]"), value_error);
+  x[37] = 1.f;
+  CHECK_THROWS_WITH_AS((void)quantize_activation(x, q), doctest::Contains("x[200]"), value_error);
+}
+
 TEST_CASE("int8 x int8 gemv: exact int32 products, every arch's Int8Dot agrees with the scalar reference") {
   for (std::size_t cols : {std::size_t{64}, std::size_t{896}, std::size_t{1000}, std::size_t{37}}) {
     CAPTURE(cols);

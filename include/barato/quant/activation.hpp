@@ -32,7 +32,7 @@
 #include "barato/quant/scratch.hpp"
 #include "barato/simd/arch.hpp"
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -40,19 +40,48 @@ namespace barato::quant {
 
 /// Quantizes x to int8 with one absmax scale (per token): q = round(x / s), s = max|x| / 127.
 /// Returns s (0 for an all-zero x, whose codes are all 0). Throws `shape_error` when q.size() !=
-/// x.size() and `value_error` for NaN / Inf in x. O(n).
+/// x.size() and `value_error` for NaN / Inf in x (naming the first). O(n); with AVX-512 16 elements
+/// per instruction, the same codes as the scalar loop (an exact maximum, an IEEE division, rounding
+/// to nearest even, the same clamp).
 inline float quantize_activation(std::span<const float> x, std::span<std::int8_t> q) {
   require(q.size() == x.size(), "quant::quantize_activation: q has ", q.size(), " elements, x has ", x.size());
+  const std::size_t n = x.size();
   float m = 0.f;
-  for (std::size_t i = 0; i < x.size(); ++i) {
+  std::size_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
+  {
+    __m512 vm = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(x.data() + i);
+      bad |= _mm512_fpclass_ps_mask(v, 0x99);  // QNaN, +Inf, −Inf, SNaN
+      vm = _mm512_max_ps(vm, _mm512_abs_ps(v));
+    }
+    if (bad != 0) i = 0;  // the scalar loop names the first non-finite element
+    else m = _mm512_reduce_max_ps(vm);
+  }
+#endif
+  for (; i < n; ++i) {
     require<value_error>(std::isfinite(x[i]), "quant::quantize_activation: x[", i, "] = ", x[i], " is not finite");
     m = std::fabs(x[i]) > m ? std::fabs(x[i]) : m;
   }
   const float s = m / 127.0f;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    float v = s == 0.f ? 0.f : std::nearbyint(x[i] / s);
+  std::size_t k = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
+  if (s != 0.f) {
+    const __m512 vs = _mm512_set1_ps(s), hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-127.f);
+    for (; k + 16 <= n; k += 16) {
+      __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x.data() + k), vs),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q.data() + k), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+    }
+  }
+#endif
+  for (; k < n; ++k) {
+    float v = s == 0.f ? 0.f : std::nearbyint(x[k] / s);
     v = v > 127.f ? 127.f : (v < -127.f ? -127.f : v);
-    q[i] = static_cast<std::int8_t>(v);
+    q[k] = static_cast<std::int8_t>(v);
   }
   return s;
 }
