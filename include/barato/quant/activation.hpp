@@ -287,8 +287,7 @@ void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, floa
                      std::ptrdiff_t stride = 0, std::int8_t* pack = nullptr) {
 #if defined(BARATO_AMX_COMPILED)
   if constexpr (simd::kHasAvx512bw<Arch>) {
-    if (pack != nullptr && n >= kAmxMinVectors && w.cols >= kAmxChunk && w.cols <= kAmxMaxCols && w.rows >= kAmxRows &&
-        amx_available()) {
+    if (pack != nullptr && amx_takes(n, w.rows, w.cols, kAmxChunk)) {
       w8a8_amx<Arch>(w, a, n, y, threads, stride, pack);
       return;
     }

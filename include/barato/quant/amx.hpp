@@ -16,8 +16,9 @@
 /// (two A tiles) × 16 vectors per pass: four int32 tiles (Σ q·hi and Σ q·lo of each half), then the
 /// exact Σ q·x16 = 256·Σ q·hi + Σ q·lo per (row, vector) in int64.
 ///
-/// Exactness and batch invariance: the integer sum is the one the VNNI kernel forms, so the finished
-/// output (`K::finish_row_step`: the same scaling and fp32 tail) is bit for bit the VNNI kernel's —
+/// Exactness and batch invariance: the integer sum is the one the VNNI kernel forms, and `amx_finish_row`
+/// scales it with the arithmetic of the VNNI kernel's `finish_row_step` (the same double products, then
+/// the same fp32 tail), so the output is bit for bit the VNNI kernel's —
 /// `gemv_batch` may use tiles for some n and vectors for others and row t of a batch still equals the
 /// single-vector product (tests/quant/amx_test.cpp). int32 sums are exact while |Σ q·lo| < 2³¹: up to
 /// `kAmxMaxCols` columns (longer rows take the VNNI kernel).
@@ -87,11 +88,10 @@ struct alignas(64) AmxConfig {
   std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-/// B tile of vector group g, chunk c, plane p in a pack of P planes over `chunks` chunks.
+/// Byte offset of the B tile of vector group g, chunk c, plane p in a pack of P planes over `chunks` chunks.
 template <std::size_t P>
-[[nodiscard]] inline std::int8_t* amx_tile(std::int8_t* pack, std::size_t g, std::size_t c, std::size_t p,
-                                           std::size_t chunks) noexcept {
-  return pack + ((g * chunks + c) * P + p) * (kAmxVectors * kAmxChunk);
+[[nodiscard]] constexpr std::size_t amx_tile(std::size_t g, std::size_t c, std::size_t p, std::size_t chunks) noexcept {
+  return ((g * chunks + c) * P + p) * (kAmxVectors * kAmxChunk);
 }
 
 }  // namespace detail
@@ -112,7 +112,7 @@ void amx_pack_planes(const std::int8_t* const* first, std::ptrdiff_t stride, std
     for (std::size_t c = 0; c < chunks; ++c)
       for (std::size_t p = 0; p < P; ++p) {
         const std::int8_t* src = first[p] + static_cast<std::ptrdiff_t>(g * kAmxVectors) * stride + c * kAmxChunk;
-        std::int8_t* t = detail::amx_tile<P>(pack, g, c, p, chunks);
+        std::int8_t* t = pack + detail::amx_tile<P>(g, c, p, chunks);
         for (std::size_t i = 0; i < 16; ++i)
           _mm512_store_si512(t + 64 * i, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, src + 4 * i, 1));
       }
@@ -145,13 +145,12 @@ inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std
     _tile_zero(7);
   }
   const std::uint8_t* second = codes + 16 * row_bytes;
-  auto* t = const_cast<std::int8_t*>(pack);
   for (std::size_t c = 0; c < chunks; ++c) {
     _tile_loadd(0, codes + c * kAmxChunk, row_bytes);
     _tile_loadd(1, second + c * kAmxChunk, row_bytes);
-    _tile_loadd(2, detail::amx_tile<P>(t, g, c, 0, chunks), 64);
+    _tile_loadd(2, pack + detail::amx_tile<P>(g, c, 0, chunks), 64);
     if constexpr (P == 2) {
-      _tile_loadd(3, detail::amx_tile<P>(t, g, c, 1, chunks), 64);
+      _tile_loadd(3, pack + detail::amx_tile<P>(g, c, 1, chunks), 64);
       _tile_dpbssd(4, 0, 2);
       _tile_dpbssd(5, 0, 3);
       _tile_dpbssd(6, 1, 2);

@@ -99,6 +99,12 @@ template <class K>
 /// Vectors from which a product of a `uses_amx` kernel takes the tiles (below, a pass of 16-vector
 /// tiles costs more than the VNNI kernel: 4864 × 896 int8-row, n = 4, 395 → 480 µs; n = 16 1075 → 525).
 inline constexpr std::size_t kAmxMinVectors = 8;
+/// True when a product of n vectors with a rows × cols matrix takes the AMX tiles (given a kernel that
+/// can, whose tiles need at least `min_cols` columns): enough vectors, rows and columns, rows short
+/// enough for exact int32 sums, and Linux granting the tile state.
+[[nodiscard]] inline bool amx_takes(std::size_t n, std::size_t rows, std::size_t cols, std::size_t min_cols) noexcept {
+  return n >= kAmxMinVectors && rows >= kAmxRows && cols >= min_cols && cols <= kAmxMaxCols && amx_available();
+}
 
 /// Arena bytes `gemv_batch` takes for n prepared vectors of `cols` columns with kernel K.
 template <class K>
@@ -224,8 +230,9 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
         }
       },
       [&](std::size_t r, std::size_t hi) {
-        for (std::size_t j = 0; j < n; j += kVecTile)
-          dot_rows<K>(w, r, hi, acts + j, n - j < kVecTile ? n - j : kVecTile, y, j);
+        walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
+        });
       });
 }
 #endif
@@ -242,7 +249,7 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
   for (std::size_t t = 0; t < n; ++t) K::prepare(x + t * w.cols, w.cols, acts[t], s + head + t * per);
 #if defined(BARATO_AMX_COMPILED)
   if constexpr (uses_amx<K>()) {
-    if (n >= kAmxMinVectors && w.cols >= 128 && w.cols <= kAmxMaxCols && w.rows >= kAmxRows && amx_available()) {
+    if (amx_takes(n, w.rows, w.cols, 128)) {
       gemv_amx<K>(w, acts, n, per, y, threads,
                   reinterpret_cast<std::int8_t*>(s + head + scratch_round(n * per)));
       return;

@@ -329,8 +329,8 @@ struct RowKernel<Arch, F> {
   }
 
   /// Row r · a for a `kRowStep` format from the exact Σ q·x16 over the full blocks: scaled once (in
-  /// double) by a's step and the row's scale, plus the fp32 tail columns. The one finishing step of
-  /// `dot_rows` and of the AMX tiles (quant/amx.hpp), so both give the same bits.
+  /// double) by a's step and the row's scale, plus the fp32 tail columns. `amx_finish_row`
+  /// (quant/amx.hpp) is its 16-vector twin for the AMX tiles: the same arithmetic, the same bits.
   [[gnu::always_inline]] static float finish_row_step(const QuantizedView<F>& v, std::size_t r, std::int64_t qx,
                                                       const Activation& a) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
