@@ -180,6 +180,57 @@ TEST_CASE_TEMPLATE("avx512-vnni, one scale per row (kRowStep): one step for the 
   }
 }
 
+/// The grouped formats' result by its definition (quant/vnni.hpp `dot_rows_blocks`), element by
+/// element: per 128-column block the exact S_b = Σ level · x16 from the prepared planes, then
+/// acc ← fma(float(S_b), fl(w_b · sx_b), acc) in block order, plus the kernel's fp32 tail.
+template <class K, class F>
+float block_chain_reference(const QuantizedView<F>& v, std::size_t r, const typename K::Activation& a) {
+  float acc = 0.0f;
+  for (std::size_t b = 0; b < a.blocks; ++b) {
+    std::int64_t s = 0;
+    for (std::size_t i = 0; i < 128; ++i) {
+      const std::size_t pos = K::store_position(i);  // where column 128b + i sits in the planes
+      s += static_cast<std::int64_t>(F::level(v.code(r, b * 128 + i))) * (256 * a.hi[b * 128 + pos] + a.lo[b * 128 + pos]);
+    }
+    acc = std::fma(static_cast<float>(s), v.scale(r, b * 128) * a.sx[b], acc);
+  }
+  return a.blocks * 128 < v.cols ? K::add_tail(acc, v, r, v.row(r), a.blocks * 128, v.cols, a.x) : acc;
+}
+
+TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block sums in one fp32 chain, bit for bit, one or two rows per call", F,
+                   Int8Group<128>, Int8Group<256>, Int4Group<128>, Int4Group<256, float>) {
+  using K = RowKernel<xsimd::avx512bw, F>;
+  static_assert(!K::kRowStep && !K::kSmallGroups);
+  if (!K::kAmxBlocks) {  // without the tiles the kernel keeps its lane accumulators (dot_rows_lanes)
+    MESSAGE("AMX tiles not compiled: the block-sum chain is not in use");
+    return;
+  }
+  for (const std::size_t cols : {128, 300, 896, 4864 + 64}) {
+    CAPTURE(cols);
+    auto x = barato::test::random_vector(cols, 95, -2.f, 2.f);
+    x[cols / 3] = 40.0f;  // an outlier: its block gets a coarser step than the others
+    const Prepared<K> p(x);
+    const auto m = ref::test_matrix<F>(5, cols, 96);
+    std::vector<float> expect(m.rows());
+    for (std::size_t r = 0; r < m.rows(); ++r) expect[r] = block_chain_reference<K>(m.view(), r, p.act);
+    const typename K::Activation acts[3] = {p.act, p.act, p.act};
+    for (std::size_t r = 0; r < m.rows(); ++r) {
+      CAPTURE(r);
+      float out[3], two[6];
+      K::template dot_n<3>(m.view(), r, acts, out);
+      for (std::size_t j = 0; j < 3; ++j) REQUIRE(out[j] == expect[r]);
+      REQUIRE(K::dot(m.view(), r, p.act) == expect[r]);
+      if (r + 1 < m.rows()) {
+        K::template dot2_n<3>(m.view(), r, acts, two);
+        for (std::size_t j = 0; j < 3; ++j) {
+          REQUIRE(two[j] == expect[r]);
+          REQUIRE(two[3 + j] == expect[r + 1]);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("avx512-vnni, kRowStep: rows of several int32 segments, at the largest lane sums, stay exact (int64 widening)") {
   using F = Int8PerRow<>;
   using K = RowKernel<xsimd::avx512bw, F>;

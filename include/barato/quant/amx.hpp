@@ -1,7 +1,9 @@
 #pragma once
 /// \file
 /// Intel AMX int8 tiles for the batched product of the int8 formats with one scale per row or per
-/// tensor (int8-row, int8-tensor: the VNNI kernel's `kRowStep` formats with 8-bit codes).
+/// tensor (int8-row, int8-tensor: the VNNI kernel's `kRowStep` formats with 8-bit codes), and of the
+/// formats with groups of 128 columns or more (int4-g128, int8-g128: `amx_block_rows`, one tile pass
+/// per 128-column block whose exact sums the VNNI kernel's `dot_rows_blocks` forms too).
 ///
 /// Why: with 15-bit activations the VNNI kernel spends two `vpdpbusd` per 64 columns and vector, so
 /// from n ≈ 4 vectors on a batched product is bound by that arithmetic, not by memory (quant/gemv.hpp).
@@ -168,10 +170,10 @@ inline void amx_rows(const std::uint8_t* codes, std::size_t row_bytes, const std
   }
 }
 
-/// Rows [0, rows) split between `threads` threads in multiples of 32 (`parallel_for`); each thread
-/// loads the tile configuration, calls pass(r) for each of its full 32-row passes, releases the tiles
-/// and hands the rows past its last pass to rest(r, hi) (if any).
-template <class Pass, class Rest>
+/// Rows [0, rows) split between `threads` threads in multiples of PassRows (`parallel_for`); each
+/// thread loads the tile configuration, calls pass(r) for each of its full passes of PassRows rows,
+/// releases the tiles and hands the rows past its last pass to rest(r, hi) (if any).
+template <std::size_t PassRows = kAmxRows, class Pass, class Rest>
 void amx_row_passes(std::size_t rows, int threads, Pass&& pass, Rest&& rest) {
   parallel_for(
       rows, threads,
@@ -179,11 +181,89 @@ void amx_row_passes(std::size_t rows, int threads, Pass&& pass, Rest&& rest) {
         const detail::AmxConfig config;
         _tile_loadconfig(&config);
         std::size_t r = lo;
-        for (; r + kAmxRows <= hi; r += kAmxRows) pass(r);
+        for (; r + PassRows <= hi; r += PassRows) pass(r);
         _tile_release();
         if (r < hi) rest(r, hi);
       },
-      kAmxRows);
+      PassRows);
+}
+
+/// Bytes of the per-block table of n vectors over `blocks` 128-column blocks that `amx_block_rows`
+/// reads: per vector group and block, the 16 vectors' offset corrections (int32) and steps (fp32).
+[[nodiscard]] constexpr std::size_t amx_block_table_bytes(std::size_t n, std::size_t blocks) noexcept {
+  return (n + kAmxVectors - 1) / kAmxVectors * blocks * 2 * 64;
+}
+
+/// The table of `amx_block_rows` for vectors a[0 … n) of the VNNI kernel of grouped formats: for
+/// group g and block b at table + 32·(g·blocks + b): 16 int32, vector v's Σ of its 16 lane
+/// corrections of block b (−offset · Σ x16 over the block, exact), then 16 fp32, its step sx_b (both 0
+/// past n). O(n · blocks).
+template <class Activation>
+void amx_block_table(const Activation* a, std::size_t n, std::int32_t* table) noexcept {
+  const std::size_t blocks = a[0].blocks, groups = (n + kAmxVectors - 1) / kAmxVectors;
+  for (std::size_t g = 0; g < groups; ++g)
+    for (std::size_t b = 0; b < blocks; ++b) {
+      std::int32_t* corr = table + 32 * (g * blocks + b);
+      float* sx = reinterpret_cast<float*>(corr + 16);
+      for (std::size_t v = 0; v < kAmxVectors; ++v) {
+        const std::size_t t = g * kAmxVectors + v;
+        corr[v] = t < n ? _mm512_reduce_add_epi32(_mm512_load_si512(a[t].corr + b * 16)) : 0;
+        sx[v] = t < n ? a[t].sx[b] : 0.0f;
+      }
+    }
+}
+
+/// Grouped formats (groups of 128 columns or more; the VNNI kernel's `dot_rows_blocks`): 16 rows ×
+/// the vector groups [g0, g1) (g1 − g0 ≤ 4) of a two-plane pack (`amx_pack`), block by block. `load`
+/// (b, i, u0, u1) gives row i's block b as the kernel's unsigned bytes (u0 columns of the first
+/// 64-byte chunk, u1 the second), `wscale(b, i)` its weight scale. Per block the tiles form
+/// S_b[i][v] = 256 · Σ u·hi + Σ u·lo (`tdpbusd`, exact int32), the table's correction completes the
+/// exact Σ q·x16, and acc[g − g0][i][v] ← fma(float(S_b), fl(w · sx_b), acc) — the kernel's chain, so
+/// its bits. acc must start at zero; `table` from `amx_block_table`. The caller has loaded
+/// `detail::AmxConfig`. 4 · blocks · (g1 − g0) `tdpbusd`.
+template <class Load, class WScale>
+inline void amx_block_rows(std::size_t blocks, const std::int8_t* pack, const std::int32_t* table, std::size_t g0,
+                           std::size_t g1, Load&& load, WScale&& wscale, float (*acc)[16][16]) noexcept {
+  const std::size_t chunks = 2 * blocks;
+  alignas(64) std::uint8_t a[2][16][64];  // the block's unsigned codes: A tiles of the two chunks
+  alignas(64) std::int32_t sums[2][16][16];
+  for (std::size_t b = 0; b < blocks; ++b) {
+    alignas(64) float w[16];
+    for (std::size_t i = 0; i < 16; ++i) {
+      __m512i u0, u1;
+      load(b, i, u0, u1);
+      _mm512_store_si512(a[0][i], u0);
+      _mm512_store_si512(a[1][i], u1);
+      w[i] = wscale(b, i);
+    }
+    // tiles: 0, 1 the codes; 2, 3 the hi plane and 4, 5 the lo plane of the two chunks; 6, 7 the sums
+    _tile_loadd(0, a[0], 64);
+    _tile_loadd(1, a[1], 64);
+    for (std::size_t g = g0; g < g1; ++g) {
+      _tile_zero(6);
+      _tile_zero(7);
+      _tile_loadd(2, pack + detail::amx_tile<2>(g, 2 * b, 0, chunks), 64);
+      _tile_loadd(3, pack + detail::amx_tile<2>(g, 2 * b + 1, 0, chunks), 64);
+      _tile_loadd(4, pack + detail::amx_tile<2>(g, 2 * b, 1, chunks), 64);
+      _tile_loadd(5, pack + detail::amx_tile<2>(g, 2 * b + 1, 1, chunks), 64);
+      _tile_dpbusd(6, 0, 2);
+      _tile_dpbusd(6, 1, 3);
+      _tile_dpbusd(7, 0, 4);
+      _tile_dpbusd(7, 1, 5);
+      _tile_stored(6, sums[0], 64);
+      _tile_stored(7, sums[1], 64);
+      const std::int32_t* t = table + 32 * (g * blocks + b);
+      const __m512i corr = _mm512_load_si512(t);
+      const __m512 sx = _mm512_load_ps(reinterpret_cast<const float*>(t + 16));
+      float (*ag)[16] = acc[g - g0];
+      for (std::size_t i = 0; i < 16; ++i) {
+        const __m512i s = _mm512_add_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][i]), 8), _mm512_load_si512(sums[1][i])), corr);
+        const __m512 m = _mm512_mul_ps(_mm512_set1_ps(w[i]), sx);
+        _mm512_store_ps(ag[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), m, _mm512_load_ps(ag[i])));
+      }
+    }
+  }
 }
 
 /// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:

@@ -27,7 +27,10 @@
 /// time(16) ≈ 3.1 × time(1) (4.0 × before `kRowStep` and two rows per call), int4-g128 ≈ 8 ×, fp32
 /// (nn::Dense) ≈ 1.7–2.2 ×; W8A8 (8-bit activations, quant/activation.hpp) ≈ 2.3 ×. On hosts with
 /// AMX-INT8, int8-row / int8-tensor products of n ≥ `kAmxMinVectors` take AMX tiles instead
-/// (quant/amx.hpp, `gemv_amx`; same bits): 896×4864, one thread, n = 16 ≈ 1.3 × time(1), n = 64 ≈ 2.5 ×.
+/// (quant/amx.hpp, `gemv_amx`; same bits): 896×4864, one thread, n = 16 ≈ 1.3 × time(1), n = 64 ≈ 2.5 ×;
+/// so do the formats with groups of 128 columns or more (int4-g128, int8-g128) from n ≥
+/// `kAmxBlockMinVectors` (`gemv_amx_blocks`; the VNNI kernel then sums each block exactly and scales it
+/// in one fp32 chain, quant/vnni.hpp `dot_rows_blocks`): 4864×896 int4-g128 n = 16 ≈ 1.7–2 × time(1).
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
@@ -53,6 +56,7 @@
 /// and D its fp16 rounding (≈ 2⁻¹¹ relative + 2⁻⁸ of the block maximum), times |Ŵ_rc|; exact integer
 /// block sums. Without VNNI they take the fp32 kernels.
 
+#include <algorithm>
 #include <cstddef>
 #include <new>
 #include <span>
@@ -96,21 +100,34 @@ template <class K>
   if constexpr (requires { K::kAmx; }) return K::kAmx;
   else return false;
 }
+/// True when kernel K may hand batched products of grouped formats to AMX tiles (`amx_block_rows`;
+/// the VNNI kernel's `kAmxBlocks`).
+template <class K>
+[[nodiscard]] constexpr bool uses_amx_blocks() noexcept {
+  if constexpr (requires { K::kAmxBlocks; }) return K::kAmxBlocks;
+  else return false;
+}
 /// Vectors from which a product of a `uses_amx` kernel takes the tiles (below, a pass of 16-vector
 /// tiles costs more than the VNNI kernel: 4864 × 896 int8-row, n = 4, 395 → 480 µs; n = 16 1075 → 525).
 inline constexpr std::size_t kAmxMinVectors = 8;
+/// Vectors from which a grouped format's product (`uses_amx_blocks`) takes the tiles: the VNNI
+/// kernel's block-sum chain is dearer per vector than the row-step one (4864 × 896 int4-g128, one
+/// thread: n = 4 by VNNI 557–622 µs, one 16-vector tile pass ≈ 370–510 µs).
+inline constexpr std::size_t kAmxBlockMinVectors = 4;
 /// True when a product of n vectors with a rows × cols matrix takes the AMX tiles (given a kernel that
 /// can, whose tiles need at least `min_cols` columns): enough vectors, rows and columns, rows short
 /// enough for exact int32 sums, and Linux granting the tile state.
-[[nodiscard]] inline bool amx_takes(std::size_t n, std::size_t rows, std::size_t cols, std::size_t min_cols) noexcept {
-  return n >= kAmxMinVectors && rows >= kAmxRows && cols >= min_cols && cols <= kAmxMaxCols && amx_available();
+[[nodiscard]] inline bool amx_takes(std::size_t n, std::size_t rows, std::size_t cols, std::size_t min_cols,
+                                    std::size_t min_vectors = kAmxMinVectors) noexcept {
+  return n >= min_vectors && rows >= kAmxRows && cols >= min_cols && cols <= kAmxMaxCols && amx_available();
 }
 
 /// Arena bytes `gemv_batch` takes for n prepared vectors of `cols` columns with kernel K.
 template <class K>
 [[nodiscard]] constexpr std::size_t batch_scratch_bytes(std::size_t n, std::size_t cols) noexcept {
   return scratch_round(n * sizeof(typename K::Activation)) + scratch_round(n * K::activation_bytes(cols)) +
-         (uses_amx<K>() ? amx_pack_bytes(n, cols) : 0);
+         (uses_amx<K>() || uses_amx_blocks<K>() ? amx_pack_bytes(n, cols) : 0) +
+         (uses_amx_blocks<K>() ? amx_block_table_bytes(n, cols / 128) : 0);
 }
 
 /// y[(j0 + j) · rows + r] = row r · a[j] for j < m (m ≤ kVecTile): one micro-kernel call.
@@ -235,6 +252,52 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
         });
       });
 }
+
+/// `gemv_prepared`'s product by AMX tiles for K's `kAmxBlocks` formats (groups of 128 columns or
+/// more): the planes of the n prepared vectors packed into `pack`, their per-block corrections and
+/// steps into the table after it, then each thread's rows 16 at a time × up to 64 vectors at a time by
+/// `amx_block_rows` (the arithmetic of `K::dot_rows_blocks`, so the VNNI kernel's bits), plus the fp32
+/// tail columns; the rows past its last 16 by the VNNI kernel.
+template <class K, Format F>
+void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per,
+                     float* y, int threads, std::int8_t* pack) {
+  constexpr std::size_t kGroupsPerPass = kVecBlock / kAmxVectors;
+  amx_pack(acts, n, static_cast<std::ptrdiff_t>(per), pack);
+  const std::size_t blocks = acts[0].blocks, tail = blocks * 128;
+  auto* table = reinterpret_cast<std::int32_t*>(pack + amx_pack_bytes(n, w.cols));
+  amx_block_table(acts, n, table);
+  const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
+  amx_row_passes<16>(
+      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      [&](std::size_t r) {
+        alignas(64) float acc[kGroupsPerPass][16][16];
+        const std::uint8_t* rows[16];
+        for (std::size_t i = 0; i < 16; ++i) rows[i] = w.row(r + i);
+        for (std::size_t g0 = 0; g0 < groups; g0 += kGroupsPerPass) {
+          const std::size_t g1 = g0 + kGroupsPerPass < groups ? g0 + kGroupsPerPass : groups;
+          std::fill(&acc[0][0][0], &acc[0][0][0] + sizeof acc / sizeof(float), 0.0f);
+          amx_block_rows(
+              blocks, pack, table, g0, g1,
+              [&](std::size_t b, std::size_t i, __m512i& u0, __m512i& u1) { K::load_block(w, rows[i], b, u0, u1); },
+              [&](std::size_t b, std::size_t i) { return K::block_scale(w, r + i, b); }, acc);
+          for (std::size_t g = g0; g < g1; ++g) {
+            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+            for (std::size_t v = 0; v < m; ++v) {
+              const auto& a = acts[g * kAmxVectors + v];
+              float* yv = y + (g * kAmxVectors + v) * w.rows + r;
+              for (std::size_t i = 0; i < 16; ++i)
+                yv[i] = tail < w.cols ? K::add_tail(acc[g - g0][i][v], w, r + i, rows[i], tail, w.cols, a.x)
+                                      : acc[g - g0][i][v];
+            }
+          }
+        }
+      },
+      [&](std::size_t r, std::size_t hi) {
+        walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
+        });
+      });
+}
 #endif
 
 /// Prepares the n vectors of X into the thread's arena, then splits the rows between threads.
@@ -252,6 +315,13 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
     if (amx_takes(n, w.rows, w.cols, 128)) {
       gemv_amx<K>(w, acts, n, per, y, threads,
                   reinterpret_cast<std::int8_t*>(s + head + scratch_round(n * per)));
+      return;
+    }
+  }
+  if constexpr (uses_amx_blocks<K>()) {
+    if (amx_takes(n, w.rows, w.cols, 128, kAmxBlockMinVectors)) {
+      gemv_amx_blocks<K>(w, acts, n, per, y, threads,
+                         reinterpret_cast<std::int8_t*>(s + head + scratch_round(n * per)));
       return;
     }
   }

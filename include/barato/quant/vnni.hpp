@@ -6,6 +6,9 @@
 /// half of a block is then reduced on its own and scaled per int32 lane, a 32-column group being 8
 /// lanes, a 16-column group 4).
 /// ggml's own Q8_0 / Q4_0 take ggml's product instead (quant/vnni_ggml.hpp).
+/// Grouped formats (groups of 128 columns or more): where the AMX tiles are compiled, a row's result is
+/// one fp32 chain over its blocks' exact integer sums (`dot_rows_blocks`), the definition the tiles
+/// share; elsewhere the lanes of each block are scaled and kept in fp32 accumulators (`dot_rows_lanes`).
 /// `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
 /// groups of four into 16 int32 lanes: 64 multiply-adds per instruction, where the fp32 kernels do 16.
 ///
@@ -92,6 +95,9 @@ struct RowKernel<Arch, F> {
   /// Batched products may take Intel AMX tiles (quant/amx.hpp): int8 codes with one scale per row or
   /// tensor, whose exact integer sums the tiles form too.
   static constexpr bool kAmx = kAmxCompiled && kRowStep && F::kCodeBits == 8;
+  /// Formats with groups of 128 columns or more (int4-g128, int8-g128, …) may take the tiles too:
+  /// their per-block exact sums are tile elements (`amx_block_rows`).
+  static constexpr bool kAmxBlocks = kAmxCompiled && !kRowStep && !kSmallGroups;
   /// Blocks whose lane sums stay in int32 before they are widened to int64: a lane's exact Σ u·x16
   /// over a block is at most 8 · 255 · 16383 in magnitude, and 64 such blocks stay below 2³¹.
   static constexpr std::size_t kRowSegmentBlocks = 64;
@@ -348,7 +354,8 @@ struct RowKernel<Arch, F> {
     requires(kRowStep || !kSmallGroups)
   static void dot2_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
     if constexpr (kRowStep) dot_rows<2, N>(v, r, a, out);
-    else dot_rows_blocks<2, N>(v, r, a, out);
+    else if constexpr (kAmxBlocks) dot_rows_blocks<2, N>(v, r, a, out);
+    else dot_rows_lanes<2, N>(v, r, a, out);
   }
 
   /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols). Always inlined (with what it
@@ -358,10 +365,100 @@ struct RowKernel<Arch, F> {
                                            float* out) noexcept {
     if constexpr (kRowStep) dot_rows<1, N>(v, r, a, out);
     else if constexpr (kSmallGroups) dot_n_small_groups<N>(v, r, a, out);
-    else dot_rows_blocks<1, N>(v, r, a, out);
+    else if constexpr (kAmxBlocks) dot_rows_blocks<1, N>(v, r, a, out);
+    else dot_rows_lanes<1, N>(v, r, a, out);
   }
 
-  /// One 128-column block b of `dot_rows_blocks`: each row's weights loaded once for the N vectors,
+  /// The exact Σ q·x16 of one 128-column block b of a row (unsigned codes u0, u1 from `load_block`)
+  /// against vector a, in 16 int32 lanes: Σ u·hi shifted by 8 plus Σ u·lo plus the lanes' offset
+  /// correction (|Σ| ≤ 128 · 128 · 16383 < 2³¹, so every step is exact).
+  [[gnu::always_inline]] static __m512i block_lanes(__m512i u0, __m512i u1, const Activation& a, std::size_t b) noexcept {
+    constexpr std::size_t B = VnniActivation::kBlock;
+    __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_load_si512(a.hi + b * B));
+    dh = _mm512_dpbusd_epi32(dh, u1, _mm512_load_si512(a.hi + b * B + 64));
+    __m512i dl = _mm512_dpbusd_epi32(_mm512_load_si512(a.corr + b * 16), u0, _mm512_load_si512(a.lo + b * B));
+    dl = _mm512_dpbusd_epi32(dl, u1, _mm512_load_si512(a.lo + b * B + 64));
+    return _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
+  }
+
+  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more. Per (row,
+  /// vector) and block b the exact integer S_b = Σ q·x16 over the block, then one fp32 chain over the
+  /// blocks in order: acc ← fma(float(S_b), fl(w_b · sx_b), acc) with w_b the block's weight scale and
+  /// sx_b the vector's step (|S_b| ≤ 128 · 8 · 16383 < 2²⁴ for 4-bit codes, so float(S_b) is exact; for
+  /// 8-bit codes one rounding); then the fp32 tail columns. That chain is the whole definition of the
+  /// result, and the AMX tiles (quant/amx.hpp `amx_block_rows`: S_b is a tile's element) form the same
+  /// S_b and the same chain, so every path gives the same bits (batch invariance).
+  /// How: a row is taken in spans of 16 blocks; the span's 16 lane vectors are totalled by a
+  /// transposing tree (15 adds and 30 shuffles give one vector of the 16 block sums, where one
+  /// horizontal sum per block would take ~8 instructions), converted, and multiplied by the span's
+  /// 16 multipliers w_b · sx_b in one instruction; the chain then runs element by element. Each row's
+  /// codes stream in order; with R = 2 each vector's planes are read once for both rows.
+  /// O(R · N · cols).
+  template <std::size_t R, std::size_t N>
+  [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                     float* out) noexcept {
+    constexpr std::size_t kSpan = 16;  // blocks per span: one lane each
+    const std::size_t blocks = a[0].blocks;
+    float acc[R][N] = {};
+    alignas(64) float sf[R][N][kSpan], mf[R][N][kSpan];  // the span's float(S_b) and w_b · sx_b
+    for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
+      const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
+      const auto live = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
+      for (std::size_t i = 0; i < R; ++i) {
+        const __m512 w = span_scales(v, r + i, b0, live);
+        for (std::size_t j = 0; j < N; ++j) {
+          __m512i quad[4];  // after two tree levels: blocks 4q … 4q + 3, one per 128-bit lane group
+          for (std::size_t q = 0; q < 4; ++q) {
+            if (4 * q >= nb) {  // no block of the span left: a zero quad
+              quad[q] = _mm512_setzero_si512();
+              continue;
+            }
+            __m512i d[4];
+            for (std::size_t k = 0; k < 4; ++k) {
+              const std::size_t b = b0 + 4 * q + k;
+              if (4 * q + k < nb) {
+                __m512i u0, u1;
+                load_block(v, v.row(r + i), b, u0, u1);
+                d[k] = block_lanes(u0, u1, a[j], b);
+              } else {
+                d[k] = _mm512_setzero_si512();
+              }
+            }
+            quad[q] = tree_quad(d);
+          }
+          _mm512_store_ps(sf[i][j], _mm512_cvtepi32_ps(tree_final(quad)));  // lane k: float(S_{b0+k})
+          _mm512_store_ps(mf[i][j], _mm512_mul_ps(w, _mm512_maskz_loadu_ps(live, a[j].sx + b0)));
+        }
+      }
+      for (std::size_t k = 0; k < nb; ++k)
+        for (std::size_t i = 0; i < R; ++i)
+          for (std::size_t j = 0; j < N; ++j) acc[i][j] = std::fma(sf[i][j][k], mf[i][j][k], acc[i][j]);
+    }
+    const std::size_t tail = blocks * VnniActivation::kBlock;  // the rest of the row (one scale)
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < N; ++j)
+        out[i * N + j] = tail < v.cols ? add_tail(acc[i][j], v, r + i, v.row(r + i), tail, v.cols, a[j].x) : acc[i][j];
+  }
+
+  /// The weight scales of blocks b0 … b0 + 15 of row r (lanes past `live` zero), as fp32: 16 fp16
+  /// scales by one `vcvtph2ps` when each block is its own group.
+  [[gnu::always_inline]] static __m512 span_scales(const QuantizedView<F>& v, std::size_t r, std::size_t b0,
+                                                   __mmask16 live) noexcept {
+    constexpr std::size_t kBlocksPerGroup = kGroup / VnniActivation::kBlock;
+    const auto* sc = v.row_scales(r);
+    if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(live, sc + b0));
+    } else if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, float>) {
+      return _mm512_maskz_loadu_ps(live, sc + b0);
+    } else {
+      alignas(64) float t[16] = {};
+      for (std::size_t k = 0; k < 16; ++k)
+        if (live >> k & 1u) t[k] = block_scale(v, r, b0 + k);
+      return _mm512_load_ps(t);
+    }
+  }
+
+  /// One 128-column block b of `dot_rows_lanes`: each row's weights loaded once for the N vectors,
   /// each vector's activation planes once for the R rows; acc[i][j] += the exact int32 lane sums,
   /// converted, times mult[i][j][k]. A function, always inlined, not a lambda: GCC 12 left the lambda
   /// an out-of-line call in some translation units (bench_quant at c3b1fbf, bench_batching), passing
@@ -405,15 +502,15 @@ struct RowKernel<Arch, F> {
     }
   }
 
-  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more: per block,
-  /// row and vector the exact int32 lane sums, converted and multiplied by the block's multiplier
+  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more where the
+  /// AMX tiles are not compiled (`kAmxBlocks` false): per block, row and vector the exact int32 lane sums, converted and multiplied by the block's multiplier
   /// (weight scale · the vector's step, formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16
   /// scales, one multiply per row and vector) into fp32 accumulators, even blocks into acc0 and odd
   /// ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
   /// planes once for the R rows; every (row, vector) gets the same operations in the same order for
   /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j].
   template <std::size_t R, std::size_t N>
-  [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+  [[gnu::always_inline]] static void dot_rows_lanes(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                      float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
@@ -460,6 +557,27 @@ struct RowKernel<Arch, F> {
         if (tail < v.cols) total = add_tail(total, v, r + i, rows[i], tail, v.cols, a[j].x);
         out[i * N + j] = total;
       }
+  }
+
+  /// The weight scale of block b of row r (grouped formats), as fp32.
+  [[gnu::always_inline]] static float block_scale(const QuantizedView<F>& v, std::size_t r, std::size_t b) noexcept {
+    return static_cast<float>(v.row_scales(r)[b / (kGroup / VnniActivation::kBlock)]);
+  }
+
+  /// Two levels of the transposing tree: 4 vectors of 16 int32 lanes → one vector whose lane 4g + i
+  /// holds a partial sum of d[i] (each 128-bit group g a quarter of every d[i]'s lanes).
+  [[gnu::always_inline]] static __m512i tree_quad(const __m512i* d) noexcept {
+    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+  }
+
+  /// The last two levels: four `tree_quad` results (of vectors 0–3, 4–7, 8–11, 12–15) → lane i = the
+  /// total of vector i.
+  [[gnu::always_inline]] static __m512i tree_final(const __m512i* q) noexcept {
+    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], 0x88), _mm512_shuffle_i32x4(q[0], q[1], 0xDD));
+    const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2], q[3], 0x88), _mm512_shuffle_i32x4(q[2], q[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(w0, w1, 0x88), _mm512_shuffle_i32x4(w0, w1, 0xDD));
   }
 
   /// `dot_n` for int8 codes in groups of 16, 32 or 64 columns: per half block, the exact int32 lane sums
@@ -536,6 +654,10 @@ struct RowKernel<Arch, F> {
     dot_n<1>(v, r, &a, &out);
     return out;
   }
+
+  /// Where block column i sits in the prepared planes (kernel order: natural for 8-bit codes, the
+  /// nibble order of the 4-bit layout). For tests and the tiles' packing.
+  static constexpr std::size_t store_position(std::size_t i) noexcept { return slot(i); }
 
  private:
   /// Points a's planes, corrections and steps into `scratch` (the layout `activation_bytes` counts).
