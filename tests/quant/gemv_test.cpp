@@ -172,6 +172,12 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 
+TEST_CASE_TEMPLATE("grouped formats: gemv_batch rows equal gemv bitwise over many blocks (every block accumulator fed)", F,
+                   Int8Group<128>, Int4Group<128>, Int4Group<256, float>) {
+  check_batch_invariance<simd::DefaultArch, F>(40, 1100, 27);  // 8 full 128-blocks + a 76-column tail
+  check_batch_invariance<simd::DefaultArch, F>(33, 18 * 128, 28);  // 18 blocks: two spans of the VNNI kernel
+}
+
 TEST_CASE_TEMPLATE("ggml formats: gemv_batch rows equal gemv bitwise at widths made of whole 32-column blocks", F,
                    GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<simd::DefaultArch, F>(40, 448, 24);  // 3 full 128-blocks + 2 groups of 32

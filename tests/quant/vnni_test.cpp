@@ -181,23 +181,25 @@ TEST_CASE_TEMPLATE("avx512-vnni, one scale per row (kRowStep): one step for the 
 }
 
 /// The grouped formats' result by its definition (quant/vnni.hpp `dot_rows_blocks`), element by
-/// element: per 128-column block the exact S_b = Σ level · x16 from the prepared planes, then
-/// acc ← fma(float(S_b), fl(w_b · sx_b), acc) in block order, plus the kernel's fp32 tail.
+/// element: per 128-column block the exact S_b = Σ level · x16 from the prepared planes, block b into
+/// accumulator b mod 4 by acc ← fma(float(S_b), fl(w_b · sx_b), acc) in block order, the 4 totalled
+/// in `sum_accumulators4`'s order, plus the kernel's fp32 tail.
 template <class K, class F>
 float block_chain_reference(const QuantizedView<F>& v, std::size_t r, const typename K::Activation& a) {
-  float acc = 0.0f;
+  float acc[4] = {};
   for (std::size_t b = 0; b < a.blocks; ++b) {
     std::int64_t s = 0;
     for (std::size_t i = 0; i < 128; ++i) {
       const std::size_t pos = K::store_position(i);  // where column 128b + i sits in the planes
       s += static_cast<std::int64_t>(F::level(v.code(r, b * 128 + i))) * (256 * a.hi[b * 128 + pos] + a.lo[b * 128 + pos]);
     }
-    acc = std::fma(static_cast<float>(s), v.scale(r, b * 128) * a.sx[b], acc);
+    acc[b % 4] = std::fma(static_cast<float>(s), v.scale(r, b * 128) * a.sx[b], acc[b % 4]);
   }
-  return a.blocks * 128 < v.cols ? K::add_tail(acc, v, r, v.row(r), a.blocks * 128, v.cols, a.x) : acc;
+  const float total = sum_accumulators4(acc);
+  return a.blocks * 128 < v.cols ? K::add_tail(total, v, r, v.row(r), a.blocks * 128, v.cols, a.x) : total;
 }
 
-TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block sums in one fp32 chain, bit for bit, one or two rows per call", F,
+TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block sums into 4 fp32 accumulators, bit for bit, one or two rows per call", F,
                    Int8Group<128>, Int8Group<256>, Int4Group<128>, Int4Group<256, float>) {
   using K = RowKernel<xsimd::avx512bw, F>;
   static_assert(!K::kRowStep && !K::kSmallGroups);
@@ -205,7 +207,7 @@ TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block 
     MESSAGE("AMX tiles not compiled: the block-sum chain is not in use");
     return;
   }
-  for (const std::size_t cols : {128, 300, 896, 4864 + 64}) {
+  for (const std::size_t cols : {128, 300, 896, 4864 + 64, 40 * 128}) {  // 40 blocks: 3 spans, accumulators fed 10 times
     CAPTURE(cols);
     auto x = barato::test::random_vector(cols, 95, -2.f, 2.f);
     x[cols / 3] = 40.0f;  // an outlier: its block gets a coarser step than the others

@@ -79,6 +79,16 @@ inline constexpr bool kAmxCompiled = false;
   return amx_pack_bytes(n, cols / 128 * 2, 2);
 }
 
+/// The total of the 4 block accumulators of the grouped formats' result (quant/vnni.hpp
+/// `dot_rows_blocks`, `amx_block_rows`), in one fixed order: (a0 + a2) + (a1 + a3).
+[[nodiscard]] inline float sum_accumulators4(const float* a) noexcept { return (a[0] + a[2]) + (a[1] + a[3]); }
+
+/// Bytes of the per-block table of n vectors over `blocks` 128-column blocks that `amx_block_rows`
+/// reads: per vector group and block, the 16 vectors' offset corrections (int32) and steps (fp32).
+[[nodiscard]] constexpr std::size_t amx_block_table_bytes(std::size_t n, std::size_t blocks) noexcept {
+  return (n + kAmxVectors - 1) / kAmxVectors * blocks * 2 * 64;
+}
+
 #if defined(BARATO_AMX_COMPILED)
 namespace detail {
 
@@ -188,12 +198,6 @@ void amx_row_passes(std::size_t rows, int threads, Pass&& pass, Rest&& rest) {
       PassRows);
 }
 
-/// Bytes of the per-block table of n vectors over `blocks` 128-column blocks that `amx_block_rows`
-/// reads: per vector group and block, the 16 vectors' offset corrections (int32) and steps (fp32).
-[[nodiscard]] constexpr std::size_t amx_block_table_bytes(std::size_t n, std::size_t blocks) noexcept {
-  return (n + kAmxVectors - 1) / kAmxVectors * blocks * 2 * 64;
-}
-
 /// The table of `amx_block_rows` for vectors a[0 … n) of the VNNI kernel of grouped formats: for
 /// group g and block b at table + 32·(g·blocks + b): 16 int32, vector v's Σ of its 16 lane
 /// corrections of block b (−offset · Σ x16 over the block, exact), then 16 fp32, its step sx_b (both 0
@@ -214,19 +218,23 @@ void amx_block_table(const Activation* a, std::size_t n, std::int32_t* table) no
 }
 
 /// Grouped formats (groups of 128 columns or more; the VNNI kernel's `dot_rows_blocks`): 16 rows ×
-/// the vector groups [g0, g1) (g1 − g0 ≤ 4) of a two-plane pack (`amx_pack`), block by block. `load`
-/// (b, i, u0, u1) gives row i's block b as the kernel's unsigned bytes (u0 columns of the first
-/// 64-byte chunk, u1 the second), `wscale(b, i)` its weight scale. Per block the tiles form
+/// the vector groups [g0, g1) (g1 − g0 ≤ kAmxBlockGroups) of a two-plane pack (`amx_pack`), block by
+/// block. `load(b, i, u0, u1)` gives row i's block b as the kernel's unsigned bytes (u0 columns of the
+/// first 64-byte chunk, u1 the second), `wscale(b, i)` its weight scale. Per block the tiles form
 /// S_b[i][v] = 256 · Σ u·hi + Σ u·lo (`tdpbusd`, exact int32), the table's correction completes the
-/// exact Σ q·x16, and acc[g − g0][i][v] ← fma(float(S_b), fl(w · sx_b), acc) — the kernel's chain, so
-/// its bits. acc must start at zero; `table` from `amx_block_table`. The caller has loaded
-/// `detail::AmxConfig`. 4 · blocks · (g1 − g0) `tdpbusd`.
+/// exact Σ q·x16, and accumulator b mod 4 of (i, v) ← fma(float(S_b), fl(w · sx_b), it) (from +0); at
+/// the end out[g − g0][i][v] = their total in `sum_accumulators4`'s order — the kernel's definition, so
+/// its bits. `table` from `amx_block_table`. The caller has loaded `detail::AmxConfig`.
+/// 4 · blocks · (g1 − g0) `tdpbusd`.
+inline constexpr std::size_t kAmxBlockGroups = 4;
 template <class Load, class WScale>
 inline void amx_block_rows(std::size_t blocks, const std::int8_t* pack, const std::int32_t* table, std::size_t g0,
-                           std::size_t g1, Load&& load, WScale&& wscale, float (*acc)[16][16]) noexcept {
+                           std::size_t g1, Load&& load, WScale&& wscale, float (*out)[16][16]) noexcept {
   const std::size_t chunks = 2 * blocks;
   alignas(64) std::uint8_t a[2][16][64];  // the block's unsigned codes: A tiles of the two chunks
   alignas(64) std::int32_t sums[2][16][16];
+  alignas(64) float acc[kAmxBlockGroups][16][4][16];  // [group][row][accumulator][vector]
+  const std::size_t used = blocks < 4 ? blocks : 4;    // accumulators that some block feeds
   for (std::size_t b = 0; b < blocks; ++b) {
     alignas(64) float w[16];
     for (std::size_t i = 0; i < 16; ++i) {
@@ -255,15 +263,24 @@ inline void amx_block_rows(std::size_t blocks, const std::int8_t* pack, const st
       const std::int32_t* t = table + 32 * (g * blocks + b);
       const __m512i corr = _mm512_load_si512(t);
       const __m512 sx = _mm512_load_ps(reinterpret_cast<const float*>(t + 16));
-      float (*ag)[16] = acc[g - g0];
       for (std::size_t i = 0; i < 16; ++i) {
+        float* ak = acc[g - g0][i][b % 4];
         const __m512i s = _mm512_add_epi32(
             _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[0][i]), 8), _mm512_load_si512(sums[1][i])), corr);
         const __m512 m = _mm512_mul_ps(_mm512_set1_ps(w[i]), sx);
-        _mm512_store_ps(ag[i], _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), m, _mm512_load_ps(ag[i])));
+        const __m512 prev = b < 4 ? _mm512_setzero_ps() : _mm512_load_ps(ak);  // first block: from +0
+        _mm512_store_ps(ak, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), m, prev));
       }
     }
   }
+  // the totals, lane by lane over the vectors, in sum_accumulators4's order (an accumulator no block
+  // feeds is +0 in the VNNI kernel; here it is never stored and +0 stands in for it)
+  for (std::size_t g = 0; g < g1 - g0; ++g)
+    for (std::size_t i = 0; i < 16; ++i) {
+      const float (*ac)[16] = acc[g][i];
+      auto at = [&](std::size_t k) { return k < used ? _mm512_load_ps(ac[k]) : _mm512_setzero_ps(); };
+      _mm512_store_ps(out[g][i], _mm512_add_ps(_mm512_add_ps(at(0), at(2)), _mm512_add_ps(at(1), at(3))));
+    }
 }
 
 /// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:

@@ -30,7 +30,8 @@
 /// (quant/amx.hpp, `gemv_amx`; same bits): 896×4864, one thread, n = 16 ≈ 1.3 × time(1), n = 64 ≈ 2.5 ×;
 /// so do the formats with groups of 128 columns or more (int4-g128, int8-g128) from n ≥
 /// `kAmxBlockMinVectors` (`gemv_amx_blocks`; the VNNI kernel then sums each block exactly and scales it
-/// in one fp32 chain, quant/vnni.hpp `dot_rows_blocks`): 4864×896 int4-g128 n = 16 ≈ 1.7–2 × time(1).
+/// into 4 fp32 accumulators, quant/vnni.hpp `dot_rows_blocks`): 4864×896 int4-g128 n = 16 ≈ 1.7–2 ×
+/// time(1).
 ///
 /// **Batch invariance (bitwise).** Every output y[t, r] is computed by the kernel's `dot_n` for some
 /// group size N ≤ 4, and in `dot_n` each vector has its own accumulators and the same instruction
@@ -56,7 +57,6 @@
 /// and D its fp16 rounding (≈ 2⁻¹¹ relative + 2⁻⁸ of the block maximum), times |Ŵ_rc|; exact integer
 /// block sums. Without VNNI they take the fp32 kernels.
 
-#include <algorithm>
 #include <cstddef>
 #include <new>
 #include <span>
@@ -110,10 +110,11 @@ template <class K>
 /// Vectors from which a product of a `uses_amx` kernel takes the tiles (below, a pass of 16-vector
 /// tiles costs more than the VNNI kernel: 4864 × 896 int8-row, n = 4, 395 → 480 µs; n = 16 1075 → 525).
 inline constexpr std::size_t kAmxMinVectors = 8;
-/// Vectors from which a grouped format's product (`uses_amx_blocks`) takes the tiles: the VNNI
-/// kernel's block-sum chain is dearer per vector than the row-step one (4864 × 896 int4-g128, one
-/// thread: n = 4 by VNNI 557–622 µs, one 16-vector tile pass ≈ 370–510 µs).
-inline constexpr std::size_t kAmxBlockMinVectors = 4;
+/// Vectors from which a grouped format's product (`uses_amx_blocks`) takes the tiles: a 16-vector tile
+/// pass costs about the same for any n ≤ 16, and from 3 vectors it beats the VNNI kernel's block sums
+/// (one thread, µs, VNNI → tiles: 4864 × 896 n = 3 352–367 → 233–253, n = 4 449–452 → 235–254;
+/// 896 × 4864 n = 3 343–346 → 269–293; n = 2 a draw, 234–260 → 247–286).
+inline constexpr std::size_t kAmxBlockMinVectors = 3;
 /// True when a product of n vectors with a rows × cols matrix takes the AMX tiles (given a kernel that
 /// can, whose tiles need at least `min_cols` columns): enough vectors, rows and columns, rows short
 /// enough for exact int32 sums, and Linux granting the tile state.
@@ -261,7 +262,7 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
 template <class K, Format F>
 void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per,
                      float* y, int threads, std::int8_t* pack) {
-  constexpr std::size_t kGroupsPerPass = kVecBlock / kAmxVectors;
+  constexpr std::size_t kGroupsPerPass = kAmxBlockGroups;
   amx_pack(acts, n, static_cast<std::ptrdiff_t>(per), pack);
   const std::size_t blocks = acts[0].blocks, tail = blocks * 128;
   auto* table = reinterpret_cast<std::int32_t*>(pack + amx_pack_bytes(n, w.cols));
@@ -275,7 +276,6 @@ void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* ac
         for (std::size_t i = 0; i < 16; ++i) rows[i] = w.row(r + i);
         for (std::size_t g0 = 0; g0 < groups; g0 += kGroupsPerPass) {
           const std::size_t g1 = g0 + kGroupsPerPass < groups ? g0 + kGroupsPerPass : groups;
-          std::fill(&acc[0][0][0], &acc[0][0][0] + sizeof acc / sizeof(float), 0.0f);
           amx_block_rows(
               blocks, pack, table, g0, g1,
               [&](std::size_t b, std::size_t i, __m512i& u0, __m512i& u1) { K::load_block(w, rows[i], b, u0, u1); },

@@ -381,38 +381,41 @@ struct RowKernel<Arch, F> {
     return _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
   }
 
-  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more. Per (row,
-  /// vector) and block b the exact integer S_b = Σ q·x16 over the block, then one fp32 chain over the
-  /// blocks in order: acc ← fma(float(S_b), fl(w_b · sx_b), acc) with w_b the block's weight scale and
-  /// sx_b the vector's step (|S_b| ≤ 128 · 8 · 16383 < 2²⁴ for 4-bit codes, so float(S_b) is exact; for
-  /// 8-bit codes one rounding); then the fp32 tail columns. That chain is the whole definition of the
-  /// result, and the AMX tiles (quant/amx.hpp `amx_block_rows`: S_b is a tile's element) form the same
-  /// S_b and the same chain, so every path gives the same bits (batch invariance).
+  /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more, where the
+  /// AMX tiles are compiled. The definition of a (row, vector) result, which the tiles compute too:
+  ///  1. per 128-column block b the exact integer S_b = Σ q·x16 (|S_b| ≤ 128 · 8 · 16383 < 2²⁴ for
+  ///     4-bit codes, so float(S_b) is exact; for 8-bit codes one rounding);
+  ///  2. 4 fp32 accumulators from +0, block b feeding accumulator b mod 4 in block order:
+  ///     acc_{b mod 4} ← fma(float(S_b), fl(w_b · sx_b), acc_{b mod 4}) with w_b the block's weight
+  ///     scale and sx_b the vector's step;
+  ///  3. their total (acc_0 + acc_2) + (acc_1 + acc_3) (`sum_accumulators4`), plus the fp32 tail columns.
+  /// The AMX tiles (quant/amx.hpp `amx_block_rows`) form S_b as a tile element and then the same steps,
+  /// so every path gives the same bits (batch invariance).
   /// How: a row is taken in spans of 16 blocks; the span's 16 lane vectors are totalled by a
   /// transposing tree (15 adds and 30 shuffles give one vector of the 16 block sums, where one
-  /// horizontal sum per block would take ~8 instructions), converted, and multiplied by the span's
-  /// 16 multipliers w_b · sx_b in one instruction; the chain then runs element by element. Each row's
-  /// codes stream in order; with R = 2 each vector's planes are read once for both rows.
-  /// O(R · N · cols).
+  /// horizontal sum per block would take ~8 instructions); the 4 accumulators are one 128-bit vector,
+  /// and a span costs one conversion, one multiply and four 128-bit multiply-adds (lanes past the row's
+  /// blocks hold S = 0 and w·sx = 0, and fma(0, 0, a) = a: no accumulator is ever −0). Each row's
+  /// codes stream in order; with R = 2 each vector's planes are read once for both rows. O(R · N · cols).
+  /// (Four accumulators, not one chain or 16: one chain costs a scalar multiply-add per block here,
+  /// 16 cost the tiles a 16 KB state per vector group; 4 are cheap on both sides.)
   template <std::size_t R, std::size_t N>
   [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                      float* out) noexcept {
-    constexpr std::size_t kSpan = 16;  // blocks per span: one lane each
+    constexpr std::size_t kSpan = 16;  // blocks per span: one lane (accumulator) each
     const std::size_t blocks = a[0].blocks;
-    float acc[R][N] = {};
-    alignas(64) float sf[R][N][kSpan], mf[R][N][kSpan];  // the span's float(S_b) and w_b · sx_b
-    for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
-      const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
+    __m128 acc[R][N];  // the 4 accumulators of each (row, vector)
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t j = 0; j < N; ++j) acc[i][j] = _mm_setzero_ps();
+    // one span of nb ≤ 16 blocks from b0, its blocks in Q quads (Q = 1, 2 or 4: the tree's levels
+    // over empty quads are skipped)
+    auto span = [&]<std::size_t Q>(std::size_t b0, std::size_t nb) {
       const auto live = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
       for (std::size_t i = 0; i < R; ++i) {
         const __m512 w = span_scales(v, r + i, b0, live);
         for (std::size_t j = 0; j < N; ++j) {
           __m512i quad[4];  // after two tree levels: blocks 4q … 4q + 3, one per 128-bit lane group
-          for (std::size_t q = 0; q < 4; ++q) {
-            if (4 * q >= nb) {  // no block of the span left: a zero quad
-              quad[q] = _mm512_setzero_si512();
-              continue;
-            }
+          for (std::size_t q = 0; q < Q; ++q) {
             __m512i d[4];
             for (std::size_t k = 0; k < 4; ++k) {
               const std::size_t b = b0 + 4 * q + k;
@@ -426,18 +429,43 @@ struct RowKernel<Arch, F> {
             }
             quad[q] = tree_quad(d);
           }
-          _mm512_store_ps(sf[i][j], _mm512_cvtepi32_ps(tree_final(quad)));  // lane k: float(S_{b0+k})
-          _mm512_store_ps(mf[i][j], _mm512_mul_ps(w, _mm512_maskz_loadu_ps(live, a[j].sx + b0)));
+          const __m512 sf = _mm512_cvtepi32_ps(tree_final<Q>(quad));  // lane k: float(S_{b0+k})
+          const __m512 m = _mm512_mul_ps(w, _mm512_maskz_loadu_ps(live, a[j].sx + b0));
+          // blocks b0 + 4q … b0 + 4q + 3 into accumulators 0 … 3, q in order (b0 is a multiple of 4)
+          acc[i][j] = _mm_fmadd_ps(_mm512_castps512_ps128(sf), _mm512_castps512_ps128(m), acc[i][j]);
+          for (std::size_t q = 1; q < Q; ++q)
+            acc[i][j] = _mm_fmadd_ps(extract128(sf, q), extract128(m, q), acc[i][j]);
         }
       }
-      for (std::size_t k = 0; k < nb; ++k)
-        for (std::size_t i = 0; i < R; ++i)
-          for (std::size_t j = 0; j < N; ++j) acc[i][j] = std::fma(sf[i][j][k], mf[i][j][k], acc[i][j]);
+    };
+    for (std::size_t b0 = 0; b0 < blocks; b0 += kSpan) {
+      const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
+      if (nb <= 4) span.template operator()<1>(b0, nb);
+      else if (nb <= 8) span.template operator()<2>(b0, nb);
+      else span.template operator()<4>(b0, nb);
     }
     const std::size_t tail = blocks * VnniActivation::kBlock;  // the rest of the row (one scale)
     for (std::size_t i = 0; i < R; ++i)
-      for (std::size_t j = 0; j < N; ++j)
-        out[i * N + j] = tail < v.cols ? add_tail(acc[i][j], v, r + i, v.row(r + i), tail, v.cols, a[j].x) : acc[i][j];
+      for (std::size_t j = 0; j < N; ++j) {
+        const float total = sum_accumulators4(acc[i][j]);
+        out[i * N + j] = tail < v.cols ? add_tail(total, v, r + i, v.row(r + i), tail, v.cols, a[j].x) : total;
+      }
+  }
+
+  /// The total of a (row, vector)'s 4 block accumulators in the fixed order of `sum_accumulators4`
+  /// (quant/amx.hpp): (a0 + a2) + (a1 + a3), which the tiles' path uses too.
+  [[gnu::always_inline]] static float sum_accumulators4(__m128 a) noexcept {
+    const __m128 t2 = _mm_add_ps(a, _mm_movehl_ps(a, a));  // a0 + a2, a1 + a3
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+  }
+
+  /// 128-bit lane group q (1 … 3) of v.
+  [[gnu::always_inline]] static __m128 extract128(__m512 v, std::size_t q) noexcept {
+    switch (q) {
+      case 1: return _mm512_extractf32x4_ps(v, 1);
+      case 2: return _mm512_extractf32x4_ps(v, 2);
+      default: return _mm512_extractf32x4_ps(v, 3);
+    }
   }
 
   /// The weight scales of blocks b0 … b0 + 15 of row r (lanes past `live` zero), as fp32: 16 fp16
@@ -572,11 +600,17 @@ struct RowKernel<Arch, F> {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
   }
 
-  /// The last two levels: four `tree_quad` results (of vectors 0–3, 4–7, 8–11, 12–15) → lane i = the
-  /// total of vector i.
+  /// The last two levels: Q `tree_quad` results (of vectors 0–3, 4–7, 8–11, 12–15; Q = 1, 2 or 4, the
+  /// missing ones zero) → lane i = the total of vector i (0 past 4·Q).
+  template <std::size_t Q>
   [[gnu::always_inline]] static __m512i tree_final(const __m512i* q) noexcept {
-    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], 0x88), _mm512_shuffle_i32x4(q[0], q[1], 0xDD));
-    const __m512i w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2], q[3], 0x88), _mm512_shuffle_i32x4(q[2], q[3], 0xDD));
+    static_assert(Q == 1 || Q == 2 || Q == 4);
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i q1 = Q >= 2 ? q[1] : z;
+    const __m512i w0 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q1, 0x88), _mm512_shuffle_i32x4(q[0], q1, 0xDD));
+    __m512i w1 = z;
+    if constexpr (Q == 4)
+      w1 = _mm512_add_epi32(_mm512_shuffle_i32x4(q[2], q[3], 0x88), _mm512_shuffle_i32x4(q[2], q[3], 0xDD));
     return _mm512_add_epi32(_mm512_shuffle_i32x4(w0, w1, 0x88), _mm512_shuffle_i32x4(w0, w1, 0xDD));
   }
 
