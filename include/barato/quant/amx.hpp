@@ -217,6 +217,10 @@ void amx_block_table(const Activation* a, std::size_t n, std::int32_t* table) no
     }
 }
 
+/// Vector groups of 16 that one `amx_block_rows` call takes (its accumulators: 4 KB per group; the
+/// block's unpacked codes are loaded as tiles once for all of them).
+inline constexpr std::size_t kAmxBlockGroups = 4;
+
 /// Grouped formats (groups of 128 columns or more; the VNNI kernel's `dot_rows_blocks`): 16 rows ×
 /// the vector groups [g0, g1) (g1 − g0 ≤ kAmxBlockGroups) of a two-plane pack (`amx_pack`), block by
 /// block. `load(b, i, u0, u1)` gives row i's block b as the kernel's unsigned bytes (u0 columns of the
@@ -226,7 +230,6 @@ void amx_block_table(const Activation* a, std::size_t n, std::int32_t* table) no
 /// the end out[g − g0][i][v] = their total in `sum_accumulators4`'s order — the kernel's definition, so
 /// its bits. `table` from `amx_block_table`. The caller has loaded `detail::AmxConfig`.
 /// 4 · blocks · (g1 − g0) `tdpbusd`.
-inline constexpr std::size_t kAmxBlockGroups = 4;
 template <class Load, class WScale>
 inline void amx_block_rows(std::size_t blocks, const std::int8_t* pack, const std::int32_t* table, std::size_t g0,
                            std::size_t g1, Load&& load, WScale&& wscale, float (*out)[16][16]) noexcept {

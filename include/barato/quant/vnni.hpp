@@ -7,8 +7,9 @@
 /// lanes, a 16-column group 4).
 /// ggml's own Q8_0 / Q4_0 take ggml's product instead (quant/vnni_ggml.hpp).
 /// Grouped formats (groups of 128 columns or more): where the AMX tiles are compiled, a row's result is
-/// one fp32 chain over its blocks' exact integer sums (`dot_rows_blocks`), the definition the tiles
-/// share; elsewhere the lanes of each block are scaled and kept in fp32 accumulators (`dot_rows_lanes`).
+/// its blocks' exact integer sums scaled into 4 fp32 accumulators (`dot_rows_blocks`), the definition
+/// the tiles share; elsewhere the lanes of each block are scaled and kept in fp32 accumulators
+/// (`dot_rows_lanes`).
 /// `vpdpbusd` multiplies 64 unsigned bytes by 64 signed bytes and adds
 /// groups of four into 16 int32 lanes: 64 multiply-adds per instruction, where the fp32 kernels do 16.
 ///
@@ -413,23 +414,23 @@ struct RowKernel<Arch, F> {
       const auto live = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
       for (std::size_t i = 0; i < R; ++i) {
         const __m512 w = span_scales(v, r + i, b0, live);
-        for (std::size_t j = 0; j < N; ++j) {
-          __m512i quad[4];  // after two tree levels: blocks 4q … 4q + 3, one per 128-bit lane group
-          for (std::size_t q = 0; q < Q; ++q) {
-            __m512i d[4];
-            for (std::size_t k = 0; k < 4; ++k) {
-              const std::size_t b = b0 + 4 * q + k;
-              if (4 * q + k < nb) {
-                __m512i u0, u1;
-                load_block(v, v.row(r + i), b, u0, u1);
-                d[k] = block_lanes(u0, u1, a[j], b);
-              } else {
-                d[k] = _mm512_setzero_si512();
-              }
+        __m512i quad[N][4];  // after two tree levels: blocks 4q … 4q + 3, one per 128-bit lane group
+        for (std::size_t q = 0; q < Q; ++q) {
+          __m512i d[N][4];
+          for (std::size_t k = 0; k < 4; ++k) {
+            const std::size_t b = b0 + 4 * q + k;
+            if (4 * q + k < nb) {
+              __m512i u0, u1;  // the block's weights, decoded once for the N vectors
+              load_block(v, v.row(r + i), b, u0, u1);
+              for (std::size_t j = 0; j < N; ++j) d[j][k] = block_lanes(u0, u1, a[j], b);
+            } else {
+              for (std::size_t j = 0; j < N; ++j) d[j][k] = _mm512_setzero_si512();
             }
-            quad[q] = tree_quad(d);
           }
-          const __m512 sf = _mm512_cvtepi32_ps(tree_final<Q>(quad));  // lane k: float(S_{b0+k})
+          for (std::size_t j = 0; j < N; ++j) quad[j][q] = tree_quad(d[j]);
+        }
+        for (std::size_t j = 0; j < N; ++j) {
+          const __m512 sf = _mm512_cvtepi32_ps(tree_final<Q>(quad[j]));  // lane k: float(S_{b0+k})
           const __m512 m = _mm512_mul_ps(w, _mm512_maskz_loadu_ps(live, a[j].sx + b0));
           // blocks b0 + 4q … b0 + 4q + 3 into accumulators 0 … 3, q in order (b0 is a multiple of 4)
           acc[i][j] = _mm_fmadd_ps(_mm512_castps512_ps128(sf), _mm512_castps512_ps128(m), acc[i][j]);
@@ -531,15 +532,15 @@ struct RowKernel<Arch, F> {
   }
 
   /// `dot_n` (R = 1) and `dot2_n` (R = 2) for formats with groups of 128 columns or more where the
-  /// AMX tiles are not compiled (`kAmxBlocks` false): per block, row and vector the exact int32 lane sums, converted and multiplied by the block's multiplier
-  /// (weight scale · the vector's step, formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16
-  /// scales, one multiply per row and vector) into fp32 accumulators, even blocks into acc0 and odd
-  /// ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
+  /// AMX tiles are not compiled (`kAmxBlocks` false): per block, row and vector the exact int32 lane
+  /// sums, converted and multiplied by the block's multiplier (weight scale · the vector's step,
+  /// formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16 scales, one multiply per row and vector)
+  /// into fp32 accumulators, even blocks into acc0 and odd ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
   /// planes once for the R rows; every (row, vector) gets the same operations in the same order for
   /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j].
   template <std::size_t R, std::size_t N>
   [[gnu::always_inline]] static void dot_rows_lanes(const QuantizedView<F>& v, std::size_t r, const Activation* a,
-                                                     float* out) noexcept {
+                                                    float* out) noexcept {
     using G = typename F::granularity;
     constexpr std::size_t B = VnniActivation::kBlock;
     constexpr std::size_t kBlocksPerGroup = G::kGroup / B;
