@@ -258,7 +258,7 @@ void w8a8_amx(const View& w, const Int8Activation* a, std::size_t n, float* y, i
         alignas(64) std::int32_t sums[2][16][16];
         for (std::size_t g = 0; g < groups; ++g) {
           amx_rows<1>(w.row(r), w.row_bytes, pack, g, chunks, sums);
-          const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+          const std::size_t m = amx_group_vectors(n, g);
           for (std::size_t i = 0; i < kAmxRows; ++i) {
             const auto* q = reinterpret_cast<const std::int8_t*>(w.row(r + i));
             const float s = static_cast<float>(w.row_scales(r + i)[0]);

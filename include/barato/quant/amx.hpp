@@ -69,6 +69,11 @@ inline constexpr bool kAmxCompiled = false;
 [[nodiscard]] inline bool amx_available() noexcept { return false; }
 #endif
 
+/// Live vectors of group g (16 vectors per B tile) among n: 16, or fewer in the last group.
+[[nodiscard]] constexpr std::size_t amx_group_vectors(std::size_t n, std::size_t g) noexcept {
+  return n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+}
+
 /// Bytes of `planes` byte planes of n vectors packed as B tiles over `chunks` 64-column chunks (vectors
 /// rounded up to a whole tile, the missing ones zero).
 [[nodiscard]] constexpr std::size_t amx_pack_bytes(std::size_t n, std::size_t chunks, std::size_t planes) noexcept {
@@ -119,7 +124,7 @@ void amx_pack_planes(const std::int8_t* const* first, std::ptrdiff_t stride, std
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int>(stride)));
   for (std::size_t g = 0; g < groups; ++g) {
-    const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+    const std::size_t m = amx_group_vectors(n, g);
     const auto live = static_cast<__mmask16>((1u << m) - 1u);
     for (std::size_t c = 0; c < chunks; ++c)
       for (std::size_t p = 0; p < P; ++p) {

@@ -210,6 +210,16 @@ inline void walk_rows(std::size_t row_bytes, std::size_t n, std::size_t lo, std:
   }
 }
 
+/// Rows [lo, hi) × the n prepared vectors `acts` by the row kernel K (`walk_rows` + `dot_rows`): a
+/// thread's share of `gemv_prepared`, and the rows the AMX paths leave after their last full pass.
+template <class K, Format F>
+inline void kernel_rows(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, float* y,
+                      std::size_t lo, std::size_t hi) {
+  walk_rows(w.row_bytes, n, lo, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
+    dot_rows<K>(w, r0, r1, acts + j, m, y, j);
+  });
+}
+
 #if defined(BARATO_AMX_COMPILED)
 /// `gemv_prepared`'s product by AMX tiles (quant/amx.hpp) for K's `kAmx` formats: the planes of the n
 /// prepared vectors (`per` bytes apart) packed into `pack`, then each thread's rows 32 at a time × 16
@@ -230,7 +240,7 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
         alignas(64) double step[kAmxVectors];
         for (std::size_t g = 0; g < groups; ++g) {
           amx_rows<2>(w.row(r), w.row_bytes, pack, g, chunks, sums);
-          const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+          const std::size_t m = amx_group_vectors(n, g);
           for (std::size_t v = 0; v < kAmxVectors; ++v)
             step[v] = v < m ? static_cast<double>(acts[g * kAmxVectors + v].sx[0]) : 0.0;
           for (std::size_t i = 0; i < kAmxRows; ++i)
@@ -248,9 +258,7 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
         }
       },
       [&](std::size_t r, std::size_t hi) {
-        walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
-          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
-        });
+        kernel_rows<K>(w, acts, n, y, r, hi);
       });
 }
 
@@ -262,7 +270,6 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
 template <class K, Format F>
 void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per,
                      float* y, int threads, std::int8_t* pack) {
-  constexpr std::size_t kGroupsPerPass = kAmxBlockGroups;
   amx_pack(acts, n, static_cast<std::ptrdiff_t>(per), pack);
   const std::size_t blocks = acts[0].blocks, tail = blocks * 128;
   auto* table = reinterpret_cast<std::int32_t*>(pack + amx_pack_bytes(n, w.cols));
@@ -271,17 +278,17 @@ void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* ac
   amx_row_passes<16>(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t r) {
-        alignas(64) float acc[kGroupsPerPass][16][16];
+        alignas(64) float acc[kAmxBlockGroups][16][16];
         const std::uint8_t* rows[16];
         for (std::size_t i = 0; i < 16; ++i) rows[i] = w.row(r + i);
-        for (std::size_t g0 = 0; g0 < groups; g0 += kGroupsPerPass) {
-          const std::size_t g1 = g0 + kGroupsPerPass < groups ? g0 + kGroupsPerPass : groups;
+        for (std::size_t g0 = 0; g0 < groups; g0 += kAmxBlockGroups) {
+          const std::size_t g1 = g0 + kAmxBlockGroups < groups ? g0 + kAmxBlockGroups : groups;
           amx_block_rows(
               blocks, pack, table, g0, g1,
               [&](std::size_t b, std::size_t i, __m512i& u0, __m512i& u1) { K::load_block(w, rows[i], b, u0, u1); },
               [&](std::size_t b, std::size_t i) { return K::block_scale(w, r + i, b); }, acc);
           for (std::size_t g = g0; g < g1; ++g) {
-            const std::size_t m = n - g * kAmxVectors < kAmxVectors ? n - g * kAmxVectors : kAmxVectors;
+            const std::size_t m = amx_group_vectors(n, g);
             for (std::size_t v = 0; v < m; ++v) {
               const auto& a = acts[g * kAmxVectors + v];
               float* yv = y + (g * kAmxVectors + v) * w.rows + r;
@@ -293,9 +300,7 @@ void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* ac
         }
       },
       [&](std::size_t r, std::size_t hi) {
-        walk_rows(w.row_bytes, n, r, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
-          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
-        });
+        kernel_rows<K>(w, acts, n, y, r, hi);
       });
 }
 #endif
@@ -329,9 +334,7 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
   parallel_for(
       w.rows, useful_threads(w.rows, w.cols * n, threads),
       [&](std::size_t lo, std::size_t hi) {
-        walk_rows(w.row_bytes, n, lo, hi, [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) {
-          dot_rows<K>(w, r0, r1, acts + j, m, y, j);
-        });
+        kernel_rows<K>(w, acts, n, y, lo, hi);
       },
       kRowGrain);
 }

@@ -691,7 +691,8 @@ struct RowKernel<Arch, F> {
   }
 
   /// Where block column i sits in the prepared planes (kernel order: natural for 8-bit codes, the
-  /// nibble order of the 4-bit layout). For tests and the tiles' packing.
+  /// nibble order of the 4-bit layout). For the tests (the tiles take the planes in this order as
+  /// they are).
   static constexpr std::size_t store_position(std::size_t i) noexcept { return slot(i); }
 
  private:
