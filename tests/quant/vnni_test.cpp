@@ -207,7 +207,13 @@ TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block 
     MESSAGE("AMX tiles not compiled: the block-sum chain is not in use");
     return;
   }
-  for (const std::size_t cols : {128, 300, 896, 4864 + 64, 40 * 128}) {  // 40 blocks: 3 spans, accumulators fed 10 times
+  // every block count of a span's own code (1 … 16 blocks, each a template instance), a 17th block
+  // starting a second span, a tail after 2 and after 38 blocks, and 40 blocks (3 spans, each
+  // accumulator fed 10 times)
+  std::vector<std::size_t> widths;
+  for (std::size_t blocks = 1; blocks <= 17; ++blocks) widths.push_back(blocks * 128);
+  for (const std::size_t cols : {300, 4864 + 64, 40 * 128}) widths.push_back(cols);
+  for (const std::size_t cols : widths) {
     CAPTURE(cols);
     auto x = barato::test::random_vector(cols, 95, -2.f, 2.f);
     x[cols / 3] = 40.0f;  // an outlier: its block gets a coarser step than the others
