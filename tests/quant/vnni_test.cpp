@@ -228,6 +228,8 @@ TEST_CASE_TEMPLATE("avx512-vnni, groups of 128 columns or more: the exact block 
       K::template dot_n<3>(m.view(), r, acts, out);
       for (std::size_t j = 0; j < 3; ++j) REQUIRE(out[j] == expect[r]);
       REQUIRE(K::dot(m.view(), r, p.act) == expect[r]);
+      K::template dot_n<2>(m.view(), r, acts, out);  // one and two vectors: constant span sizes
+      for (std::size_t j = 0; j < 2; ++j) REQUIRE(out[j] == expect[r]);
       if (r + 1 < m.rows()) {
         K::template dot2_n<3>(m.view(), r, acts, two);
         for (std::size_t j = 0; j < 3; ++j) {

@@ -397,10 +397,13 @@ struct RowKernel<Arch, F> {
   /// horizontal sum per block would take ~8 instructions); the 4 accumulators are one 128-bit vector,
   /// and a span costs one conversion, one multiply and four 128-bit multiply-adds (lanes past the row's
   /// blocks hold S = 0 and w·sx = 0, and fma(0, 0, a) = a: no accumulator is ever −0). Each row's
-  /// codes stream in order; with R = 2 each vector's planes are read once for both rows. A span's
-  /// block count is a template constant (the last, partial span's by `with_constant`): with a run-time
-  /// count GCC 12 kept the quads in memory and tested every block, and a 7-block row (896 columns)
-  /// cost 3.6 ns per block from L2 against 3.2–3.3 now (one thread, n = 1). O(R · N · cols).
+  /// codes stream in order; with R = 2 each vector's planes are read once for both rows. For one row
+  /// and one or two vectors (the products of 1 and 2 vectors; more take the tiles) the last, partial
+  /// span's block count is a template constant (`with_constant`): with a run-time count GCC 12 kept
+  /// the quads in memory and tested every block, and a 7-block row (896 columns) cost 3.6 ns per block
+  /// from L2 against 3.2–3.3 with it (one thread, n = 1; n = 2 6.9 → 5.7). The other (R, N) keep the
+  /// run-time count: 15 more span bodies each took gemv_test.cpp's compile from 30 s to 53 s.
+  /// O(R · N · cols).
   /// (Four accumulators, not one chain or 16: one chain costs a scalar multiply-add per block here,
   /// 16 cost the tiles a 16 KB state per vector group; 4 are cheap on both sides.)
   template <std::size_t R, std::size_t N>
@@ -411,11 +414,11 @@ struct RowKernel<Arch, F> {
     __m128 acc[R][N];  // the 4 accumulators of each (row, vector)
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) acc[i][j] = _mm_setzero_ps();
-    // one span of NB ≤ 16 blocks from b0 (NB a constant: every loop below unrolls, the quads stay in
-    // registers), its blocks in Q quads (Q = 1, 2 or 4: the tree's levels over empty quads are skipped)
-    auto span = [&]<std::size_t NB>(std::size_t b0) {
-      constexpr std::size_t Q = NB <= 4 ? 1 : (NB <= 8 ? 2 : 4);
-      constexpr auto live = static_cast<__mmask16>(NB == kSpan ? 0xFFFFu : (1u << NB) - 1u);
+    // one span of nb ≤ 16 blocks from b0, its blocks in Q quads (Q = 1, 2 or 4: the tree's levels over
+    // empty quads are skipped); nb a std::size_t or a std::integral_constant (then every test below is
+    // a constant and the quads stay in registers)
+    auto span = [&]<std::size_t Q, class Count>(std::size_t b0, Count nb) {
+      const auto live = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
 #pragma GCC unroll 2
       for (std::size_t i = 0; i < R; ++i) {
         const __m512 w = span_scales(v, r + i, b0, live);
@@ -425,7 +428,7 @@ struct RowKernel<Arch, F> {
           __m512i d[N][4];
 #pragma GCC unroll 4
           for (std::size_t k = 0; k < 4; ++k) {
-            if (4 * q + k < NB) {
+            if (4 * q + k < nb) {
               __m512i u0, u1;  // the block's weights, decoded once for the N vectors
               load_block(v, v.row(r + i), b0 + 4 * q + k, u0, u1);
               for (std::size_t j = 0; j < N; ++j) d[j][k] = block_lanes(u0, u1, a[j], b0 + 4 * q + k);
@@ -447,10 +450,22 @@ struct RowKernel<Arch, F> {
       }
     };
     std::size_t b0 = 0;
-    for (; b0 + kSpan <= blocks; b0 += kSpan) span.template operator()<kSpan>(b0);
-    // the last, partial span: its block count a constant too (one per matrix width, so the branch
-    // predicts perfectly)
-    with_constant<1, kSpan>(blocks - b0, [&]<std::size_t NB>() { span.template operator()<NB>(b0); });
+    for (; b0 + kSpan <= blocks; b0 += kSpan) span.template operator()<4>(b0, std::integral_constant<std::size_t, kSpan>{});
+    const std::size_t rest = blocks - b0;  // the last, partial span
+    if constexpr (R == 1 && N <= 2) {
+      // the paths of products of one and two vectors: the count a constant too (one per matrix width,
+      // so the branch predicts perfectly); the other (R, N) take it at run time, which costs them
+      // speed but keeps the code (and build time) of 15 span sizes out of them
+      with_constant<1, kSpan>(rest, [&]<std::size_t NB>() {
+        span.template operator()<(NB <= 4 ? 1 : (NB <= 8 ? 2 : 4))>(b0, std::integral_constant<std::size_t, NB>{});
+      });
+    } else if (rest > 8) {
+      span.template operator()<4>(b0, rest);
+    } else if (rest > 4) {
+      span.template operator()<2>(b0, rest);
+    } else if (rest > 0) {
+      span.template operator()<1>(b0, rest);
+    }
     const std::size_t tail = blocks * VnniActivation::kBlock;  // the rest of the row (one scale)
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) {
