@@ -176,6 +176,7 @@ TEST_CASE_TEMPLATE("grouped formats: gemv_batch rows equal gemv bitwise over man
                    Int8Group<128>, Int4Group<128>, Int4Group<256, float>) {
   check_batch_invariance<simd::DefaultArch, F>(40, 1100, 27);  // 8 full 128-blocks + a 76-column tail
   check_batch_invariance<simd::DefaultArch, F>(33, 18 * 128, 28);  // 18 blocks: two spans of the VNNI kernel
+  check_batch_invariance<simd::DefaultArch, F>(34, 13 * 128 + 5, 29);  // 13 blocks (a partial span of 4 quads) + a tail
 }
 
 TEST_CASE_TEMPLATE("ggml formats: gemv_batch rows equal gemv bitwise at widths made of whole 32-column blocks", F,
