@@ -108,7 +108,9 @@ inline Bandwidth measure_dram(int threads, std::size_t bytes = std::size_t{1} <<
 /// adjacent passes see the same conditions. `median()` is the figure to report.
 class PairedProbe {
  public:
-  /// 256 MiB: 8× this host's last-level cache, one pass ≈ 10 ms.
+  /// 256 MiB, one pass ≈ 10–20 ms: 8× the Zen hosts' 32 MiB L3. The Intel host's L3 is 480 MiB but
+  /// shared; one thread read 28–29 GB/s over 64 MiB there and 14–15 GB/s (its DRAM speed) over 128 MiB
+  /// and more, 256 MiB included (2026-12-05).
   explicit PairedProbe(int threads, std::size_t bytes = std::size_t{1} << 28) : probe_(threads, bytes) {}
   /// Streams one probe pass; call right before the measured pass.
   void probe() {
