@@ -579,11 +579,7 @@ struct RowKernel<Arch, F> {
     constexpr std::size_t kSpan = 16;
     const std::size_t blocks = a[0].blocks;
     const std::uint8_t* rows[R];
-    const typename F::scale_type* sc[R];
-    for (std::size_t i = 0; i < R; ++i) {
-      rows[i] = v.row(r + i);
-      sc[i] = v.row_scales(r + i);
-    }
+    for (std::size_t i = 0; i < R; ++i) rows[i] = v.row(r + i);
     __m512 acc0[R][N], acc1[R][N];
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) acc0[i][j] = acc1[i][j] = _mm512_setzero_ps();
@@ -592,14 +588,7 @@ struct RowKernel<Arch, F> {
       const std::size_t nb = blocks - b0 < kSpan ? blocks - b0 : kSpan;
       const auto m = static_cast<__mmask16>(nb == kSpan ? 0xFFFFu : (1u << nb) - 1u);
       for (std::size_t i = 0; i < R; ++i) {
-        __m512 sw;  // lane k: the weight scale of block b0 + k
-        if constexpr (kBlocksPerGroup == 1 && std::is_same_v<typename F::scale_type, f16>) {
-          sw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, sc[i] + b0));  // exact, 16 at once
-        } else {
-          alignas(64) float t[kSpan] = {};
-          for (std::size_t k = 0; k < nb; ++k) t[k] = static_cast<float>(sc[i][(b0 + k) / kBlocksPerGroup]);
-          sw = _mm512_load_ps(t);
-        }
+        const __m512 sw = span_scales(v, r + i, b0, m);  // lane k: the weight scale of block b0 + k
         for (std::size_t j = 0; j < N; ++j)
           _mm512_store_ps(mult[i][j], _mm512_mul_ps(sw, _mm512_maskz_loadu_ps(m, a[j].sx + b0)));
       }
