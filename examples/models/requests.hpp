@@ -341,9 +341,12 @@ inline RequestSpec parse_request_line(std::string_view text, std::string_view fi
 
 }  // namespace detail
 
-/// Parses a whole JSONL text (named `file` in messages). Throws `RequestFileError` at the first
-/// problem (incl. a duplicate id, or a file without requests); nothing is returned partially.
+/// Parses a whole JSONL text (named `file` in messages). A UTF-8 byte order mark at the start is
+/// skipped (editors on Windows write one; RFC 8259 lets a parser ignore it). Throws
+/// `RequestFileError` at the first problem (incl. a duplicate id, or a file without requests);
+/// nothing is returned partially.
 [[nodiscard]] inline std::vector<RequestSpec> parse_requests(std::string_view text, std::string_view file) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   std::vector<RequestSpec> out;
   std::set<std::string, std::less<>> ids;
   std::size_t line = 0;

@@ -188,6 +188,17 @@ class Tokenizer {
     return s;
   }
 
+  /// The bytes of `ids[1:]`, each token decoded after its predecessor, with nothing filtered: byte
+  /// pieces ("<0xXX>") are joined into the characters they spell, so text a small vocabulary can only
+  /// encode through byte fallback (accents, CJK, emoji) comes back whole. What the tools' JSON `text`
+  /// holds (the JSON writer turns any byte sequence that is still not valid UTF-8 into U+FFFD);
+  /// `decode_text` is what run.c prints, which drops every lone non-ASCII byte.
+  [[nodiscard]] std::string decode_utf8(std::span<const Token> ids) const {
+    std::string s;
+    for (std::size_t i = 1; i < ids.size(); ++i) s.append(decode(ids[i - 1], ids[i]));
+    return s;
+  }
+
   /// Byte value of a "<0xXX>" piece (1–2 hex digits, as run.c's sscanf("<0x%02hhX>") accepts), else −1.
   [[nodiscard]] static int byte_piece_value(std::string_view p) noexcept {
     if (p.size() < 4 || p.substr(0, 3) != "<0x") return -1;

@@ -164,7 +164,7 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
     o.add("id", r.spec.id)
         .add("prompt_ids", std::span<const barato::Token>(r.prompt))
         .add("generated_ids", std::span<const barato::Token>(gen))
-        .add("text", run.tok.decode_text(all))
+        .add("text", run.tok.decode_utf8(all))
         .add("queue_ms", m.queue_seconds() * 1e3)
         .add("ttft_ms", m.first_token_seconds * 1e3)
         .add("latency_ms", m.finish_seconds * 1e3)

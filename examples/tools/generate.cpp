@@ -112,7 +112,7 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
     JsonObject o;
     o.add("prompt_ids", std::span<const Token>(cx.prompt_ids))
         .add("generated_ids", std::span<const Token>(g.generated))
-        .add("text", text)
+        .add("text", cx.tok.decode_utf8(all))
         .add("prefill_ms", g.prefill_ms)
         .add("decode_ms_per_token", g.decode_ms_per_token())
         .add("kv_cache_bytes", model.kv_bytes_reserved())

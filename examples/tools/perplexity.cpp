@@ -121,7 +121,7 @@ int tool_main(int argc, const char* const* argv) {
   if (max_tokens != 0 && max_tokens < ids.size()) {
     ids.resize(max_tokens);
     if (ids_path.empty())
-      bytes = tok.decode_text([&] {  // bytes covered by the kept tokens (run.c decoding, after the prefix)
+      bytes = tok.decode_utf8([&] {  // bytes of the text the kept tokens spell (after the dummy prefix), as text.size() counts them
         std::vector<Token> with_bos{1};
         with_bos.insert(with_bos.end(), ids.begin(), ids.end());
         return with_bos;

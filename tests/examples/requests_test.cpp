@@ -47,6 +47,15 @@ TEST_CASE("request lines parse with every key, defaults and escapes") {
   CHECK(*r[2].prompt == "a\tb");
 }
 
+TEST_CASE("a UTF-8 byte order mark starts a request file; anywhere else it is an error") {
+  const auto r = parse_requests("\xEF\xBB\xBF{\"id\": \"a\", \"prompt\": \"Hi\", \"max_tokens\": 2}\n", "reqs.jsonl");
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].id == "a");
+  CHECK(r[0].line == 1);
+  CHECK(error_of("{\"prompt\": \"Hi\", \"max_tokens\": 2}\n\xEF\xBB\xBF{\"prompt\": \"Hi\", \"max_tokens\": 2}")
+            .starts_with("reqs.jsonl:2:1: expected '{'"));
+}
+
 TEST_CASE("malformed request files name FILE:LINE and what was expected") {
   const std::string ok = "{\"prompt\": \"x\", \"max_tokens\": 2}\n";
   struct Case {

@@ -234,6 +234,12 @@ TEST_CASE("tokenizer: tok512 examples from the README and random strings vs the 
   CHECK(t.encode("Lily wanted to") == std::vector<Token>{1, 317, 391, 266, 267});
   CHECK(t.encode("\n", false) == std::vector<Token>{410, 13});
   CHECK(t.decode_text(std::vector<Token>{1, 403, 407, 261, 378}) == "Once upon a time");
+  // byte fallback: run.c's printing drops the lone bytes, decode_utf8 joins them into the character
+  for (const std::string text : {"time \xF0\x9F\x98\x80!", "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC"}) {
+    const auto ids = t.encode(text);
+    CHECK(t.decode_utf8(ids) == text);
+    CHECK(t.decode_text(ids).size() < text.size());
+  }
 
   const auto ref = reference_of(t);
   std::mt19937 gen(99);
