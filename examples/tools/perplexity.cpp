@@ -3,6 +3,8 @@
 //
 //   barato_perplexity --model stories260K.bin --tokenizer tok512.bin --text tinystories-valid-sample.txt
 //   barato_perplexity --text … --weights int8-row --kl-divergence   (compare with the fp32 model)
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -136,8 +138,9 @@ int tool_main(int argc, const char* const* argv) {
   std::vector<float> scratch(kChunk * w.config.vocab_size);  // [chunk, vocab]
   const auto t1 = std::chrono::steady_clock::now();
   std::size_t next_report = 0;
+  const bool tty = isatty(STDERR_FILENO) != 0;  // the progress line rewrites itself: on a terminal only
   const auto progress = [&](std::size_t done, std::size_t total) {
-    if (quiet || done < next_report) return;
+    if (quiet || !tty || done < next_report) return;
     next_report = done + total / 20 + 1;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::fprintf(stderr, "\r%zu / %zu tokens (%.0f tok/s)", done, total, s > 0 ? static_cast<double>(done) / s : 0.0);
@@ -172,7 +175,7 @@ int tool_main(int argc, const char* const* argv) {
   std::size_t agree = 0;  // --ids: positions where the argmax is the next given id
   for (std::size_t i = 0; i < argmax.size(); ++i) agree += argmax[i] == ids[i];
   const double agreement = argmax.empty() ? 0.0 : static_cast<double>(agree) / static_cast<double>(argmax.size());
-  if (!quiet) std::fprintf(stderr, "\rscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", r.tokens, r.windows, secs,
+  if (!quiet) std::fprintf(stderr, "%sscored %zu tokens in %zu windows in %.2f s (%.0f tok/s)\n", tty ? "\r" : "", r.tokens, r.windows, secs,
                            secs > 0 ? static_cast<double>(r.tokens) / secs : 0.0);
   if (json) {
     JsonObject o;
