@@ -11,8 +11,10 @@
 // every request's generated_ids equal `barato_generate --prompt P --steps len(prompt_ids)+max_tokens−1`'s,
 // for any policy, slot count, token budget, pool size and thread count.
 //
-// stdout: one JSON line per request as it finishes: id, prompt_ids, generated_ids, text, queue_ms,
-// ttft_ms, latency_ms, tokens, preemptions, prefix_hit_tokens (times are the measured step times
+// stdout: one JSON line per request as it finishes: id, prompt_ids, generated_ids, text, finish_reason
+// ("length": max_tokens generated; "bos"; "stop": a token of the request's "stop" list, named by
+// stop_token and not output; "context": the model's context is full), queue_ms, ttft_ms, latency_ms,
+// tokens, preemptions, prefix_hit_tokens (times are the measured step times
 // summed on the scheduler's clock; a request's clock starts at the beginning of its arrival step).
 // stderr: a summary (and, with --summary-json FILE, the same as JSON); a progress line on a terminal.
 // A request that can never fit gets {"id": …, "error": "…"}; the others proceed.
@@ -158,14 +160,21 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
     std::vector<barato::Token> gen(sched.output(id).begin(), sched.output(id).end());
     std::vector<barato::Token> all = r.prompt;
     all.insert(all.end(), gen.begin(), gen.end());
-    if (sched.finish_reason(id) == batch::FinishReason::stop && sched.stop_token(id) == kBos) gen.push_back(kBos);
+    const batch::FinishReason why = sched.finish_reason(id);
+    const bool at_bos = why == batch::FinishReason::stop && sched.stop_token(id) == kBos;
+    if (at_bos) gen.push_back(kBos);
     const batch::RequestMetrics& m = sched.metrics(id);
     JsonObject o;
     o.add("id", r.spec.id)
         .add("prompt_ids", std::span<const barato::Token>(r.prompt))
         .add("generated_ids", std::span<const barato::Token>(gen))
         .add("text", run.tok.decode_utf8(all))
-        .add("queue_ms", m.queue_seconds() * 1e3)
+        .add("finish_reason", at_bos                                     ? "bos"
+                              : why == batch::FinishReason::stop         ? "stop"
+                              : why == batch::FinishReason::context      ? "context"
+                                                                          : "length");
+    if (why == batch::FinishReason::stop && !at_bos) o.add("stop_token", sched.stop_token(id));
+    o.add("queue_ms", m.queue_seconds() * 1e3)
         .add("ttft_ms", m.first_token_seconds * 1e3)
         .add("latency_ms", m.finish_seconds * 1e3)
         .add("tokens", m.generated)

@@ -119,8 +119,10 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
     REQUIRE(out.size() == refs.size() + 5);
     for (std::size_t i = 0; i < refs.size(); ++i) {
       const std::string& line = out.at("ref" + std::to_string(i + 1));
-      CHECK(ints(field(line, "generated_ids")) == refs[i].ids("generated_ids"));
+      const std::vector<int> gen = ints(field(line, "generated_ids"));
+      CHECK(gen == refs[i].ids("generated_ids"));
       CHECK(ints(field(line, "prompt_ids")) == refs[i].ids("prompt_ids"));
+      CHECK(field(line, "finish_reason") == (!gen.empty() && gen.back() == 1 ? "bos" : "length"));
     }
     CHECK(field(out.at("too_long"), "error").find("context") != std::string::npos);
     std::size_t pre = 0, hits = 0;
@@ -165,6 +167,34 @@ TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad 
   REQUIRE(out.size() == 2);
   CHECK(field(out.at("big"), "error").find("pool") != std::string::npos);
   CHECK(ints(field(out.at("small"), "generated_ids")).size() == 8);
+}
+
+TEST_CASE("barato_batch: finish_reason says why each request ended (length, stop with its token, context)") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  fs::create_directories(dir);
+  // greedy "Once upon a time" continues ", there was …" on stories260K (run.c's reference): ',' is 432
+  std::ofstream(dir / "why.jsonl") << "{\"id\": \"len\", \"prompt\": \"Once upon a time\", \"max_tokens\": 3}\n"
+                                      "{\"id\": \"stop\", \"prompt\": \"Once upon a time\", \"max_tokens\": 50, \"stop\": [7, 432]}\n"
+                                      "{\"id\": \"ctx\", \"prompt\": \"Once upon a time\", \"max_tokens\": 100000}\n";
+  const Result r = run_tool("--requests " + (dir / "why.jsonl").string() + " --model " + (data / "stories260K/stories260K.bin").string() +
+                            " --tokenizer " + (data / "stories260K/tok512.bin").string() + " --context 64");
+  CAPTURE(r.err);
+  REQUIRE(r.status == 0);
+  const auto out = by_id(r.out);
+  REQUIRE(out.size() == 3);
+  const std::vector<int> len = ints(field(out.at("len"), "generated_ids"));
+  CHECK(field(out.at("len"), "finish_reason") == "length");
+  CHECK(len.size() == 3);
+  CHECK(field(out.at("len"), "stop_token").empty());
+  REQUIRE(len.front() == 432);
+  CHECK(field(out.at("stop"), "finish_reason") == "stop");
+  CHECK(field(out.at("stop"), "stop_token") == "432");
+  CHECK(field(out.at("stop"), "generated_ids").empty());  // the stop token is not output
+  CHECK(field(out.at("ctx"), "finish_reason") == "context");
+  // 64 positions fed; the token sampled at the last one is output, never fed (as run.c --steps 64)
+  CHECK(ints(field(out.at("ctx"), "prompt_ids")).size() + ints(field(out.at("ctx"), "generated_ids")).size() == 65);
 }
 
 TEST_CASE("barato_batch: an endless request file, a hostile checkpoint or tokenizer exit 1 with one error line") {
