@@ -122,6 +122,11 @@ struct Run {
 template <class Pool, class Policy, class Exec>
 int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
   const Args& a = run.args;
+  std::ofstream summary_out;  // opened before anything runs: an unwritable path must not cost the run
+  if (!a.summary_json.empty()) {
+    summary_out.open(a.summary_json);
+    barato::require<barato::io_error>(static_cast<bool>(summary_out), "cannot write ", a.summary_json);
+  }
   batch::Scheduler<Pool, Policy> sched(pool, {.max_slots = a.slots, .token_budget = a.token_budget,
                                               .prefill_chunk = a.prefill_chunk, .max_context = run.context + 1},
                                        policy);
@@ -220,9 +225,9 @@ int serve(const Run& run, Pool& pool, Policy policy, Exec& exec) {
         .add("ttft_mean_ms", s.ttft_seconds.mean * 1e3).add("ttft_p50_ms", s.ttft_seconds.p50 * 1e3).add("ttft_p99_ms", s.ttft_seconds.p99 * 1e3)
         .add("preemptions", s.preemptions).add("prefix_hit_tokens", s.prefix_hit_tokens);
     if (a.cascade) o.add("cascade_sequence_layers", exec.cascaded());
-    std::ofstream out(a.summary_json);
-    barato::require<barato::io_error>(static_cast<bool>(out), "cannot write ", a.summary_json);
-    out << o.str() << "\n";
+    summary_out << o.str() << "\n";
+    summary_out.flush();
+    barato::require<barato::io_error>(static_cast<bool>(summary_out), "cannot write ", a.summary_json);
   }
   return 0;
 }

@@ -158,6 +158,12 @@ TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad 
   CHECK(r.out.empty());  // nothing ran
   CHECK(run_tool("--requests " + (dir / "bad.jsonl").string() + " --policy greedy").status == 2);
   CHECK(run_tool("--requests " + (dir / "missing.jsonl").string()).status == 1);
+  // an unwritable --summary-json fails before any request runs
+  std::ofstream(dir / "ok.jsonl") << "{\"prompt\": \"a\", \"max_tokens\": 3}\n";
+  const Result s = run_tool("--requests " + (dir / "ok.jsonl").string() + " --summary-json " + (dir / "no_such_dir" / "s.json").string());
+  CHECK(s.status == 1);
+  CHECK(s.out.empty());
+  CHECK(s.err.find("cannot write") != std::string::npos);
   // a request larger than the whole pool gets an error line; the others proceed
   std::ofstream(dir / "big.jsonl") << "{\"id\": \"small\", \"prompt\": \"Once\", \"max_tokens\": 8}\n"
                                       "{\"id\": \"big\", \"prompt\": \"Once upon a time\", \"max_tokens\": 300}\n";
