@@ -185,6 +185,8 @@ Options parse(int argc, char** argv) {
 
 int run(const Options& opt) {
   Eigen::setNbThreads(1);  // both paths on one core
+  // --plot's file is created now: an unwritable path fails before the measurements, not after them
+  if (!opt.plot.empty() && !std::ofstream(opt.plot)) throw io_error("tutorial_kv_cache: cannot write " + opt.plot);
   const std::size_t d = kHeadDim;
 
   // Step 1 ─ one head's sequence ──────────────────────────────────────────────────────────────

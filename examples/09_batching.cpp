@@ -676,6 +676,8 @@ int main(int argc, char** argv) {
         .option("--plot", a.plot, "FILE.svg", "draw throughput and latency against B")
         .flag("--no-synthetic", a.no_synthetic, "skip Step 1 (the ~2.5 GB Qwen2.5-0.5B-shaped model)");
     if (!cli.parse(argc, argv)) return 0;
+    // --plot's file is created now: an unwritable path fails before the minutes of measurements
+    if (!a.plot.empty()) check(static_cast<bool>(std::ofstream(a.plot)), "cannot write " + a.plot);
     return run(a);
   });
 }
