@@ -53,8 +53,11 @@ namespace detail {
 inline constexpr std::size_t kRowTile = 4;
 /// Input vectors per tile of the batched kernel.
 inline constexpr std::size_t kVecTile = 4;
-/// Below this many multiply-adds per thread, extra threads cost more than they save.
-inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 15;
+/// Below this many multiply-adds per thread, extra threads cost more than they save: an OpenMP
+/// fork and join costs ≈ 3.5 µs on the 2-core Zen 5 host, about 2^17 multiply-adds from cache.
+/// (At 2^15, 2026-12-05: 128 × 896 took 8.6–9.0 µs on 2 threads against 4.6–6.9 on one, and
+/// stories260K's 7-token prefill 0.32–0.47 ms against 0.23–0.25; now 4.0–4.2 µs and the same as one.)
+inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 17;
 /// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
 /// Matrices up to this size are treated as cache-resident by the GEMV (rows interleaved, see gemv_rows).
