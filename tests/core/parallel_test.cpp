@@ -1,5 +1,5 @@
 // core/parallel.hpp: parallel_for's chunking contract (contiguous, disjoint chunks covering [0, n)
-// exactly once, aligned to the grain, serial for one thread) and resolve_threads.
+// exactly once, aligned to the grain, serial for one thread), resolve_threads and threads_for.
 #include "barato/core/parallel.hpp"
 
 #include <doctest/doctest.h>
@@ -88,4 +88,14 @@ TEST_CASE("resolve_threads: a positive request is kept, 0 means all available (a
   CHECK(resolve_threads(1) == 1);
   CHECK(resolve_threads(3) == 3);
   CHECK(resolve_threads(0) >= 1);
+}
+
+TEST_CASE("threads_for: one thread per whole minimum of work, rounded down, between 1 and the ceiling") {
+  static_assert(barato::threads_for(0, 100, 4) == 1);      // no work: still one thread
+  CHECK(barato::threads_for(199, 100, 4) == 1);            // just under two minimums: one, not a sliver for a second
+  CHECK(barato::threads_for(200, 100, 4) == 2);
+  CHECK(barato::threads_for(399, 100, 4) == 3);
+  CHECK(barato::threads_for(10'000, 100, 4) == 4);         // capped by the ceiling
+  CHECK(barato::threads_for(10'000, 100, 0) == 1);         // a ceiling below 1 means one thread
+  CHECK(barato::threads_for(10'000, 0, 2) == 2);           // a zero minimum counts as 1
 }

@@ -148,7 +148,8 @@ TEST_CASE("W8A8Linear is a LinearLayer close to fp32 on well-behaved activations
 
 TEST_CASE("W8A8Linear::apply_batch rows equal apply bitwise for n = 1 … 70 and 1 or 2 threads, and allocate nothing after reserve") {
   const auto check = [&]<class Arch>(Arch) {
-    const std::size_t R = 96, C = 300;  // two full 128-column chunks and a 44-column masked tail
+    const std::size_t R = 272, C = 300;  // two full 128-column chunks and a 44-column masked tail; rows and
+                                         // work for two threads from n ≈ 12 (quant/gemv.hpp useful_threads)
     const auto w = ref::normal_vector(R * C, 6, 0.05f);
     const W8A8Linear<f16, Arch> lin(R, C, w);
     constexpr std::size_t kMaxN = 70;

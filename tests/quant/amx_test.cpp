@@ -78,7 +78,8 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
     MESSAGE("skipped: this Linux does not grant the process AMX tile data (arch_prctl)");
     return;
   }
-  const std::size_t cols = 384 + 77, rows = 70;  // 3 full blocks + a tail; 2 passes of 32 rows + 6
+  const std::size_t cols = 384 + 77, rows = 262;  // 3 full blocks + a tail; 8 passes of 32 rows + 6 (two
+                                                   // threads' worth of rows: quant/gemv.hpp useful_threads)
   const std::size_t chunks = 384 / kAmxChunk;
 
   SUBCASE("amx_pack: row i of chunk c's tile holds columns 64c + 4i … + 3 of each vector, zero past n") {

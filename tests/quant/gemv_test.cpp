@@ -23,14 +23,17 @@ namespace ref = barato::test::quant_ref;
 
 namespace {
 
-/// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix.
+/// gemv / gemv_batch over `Arch` against the double product of the dequantized matrix. `split`: the
+/// shape is meant to give the two-thread calls two threads (asserted, so that a change of the threshold
+/// cannot quietly leave the split untested).
 template <class Arch, class F>
-void check_kernel(std::size_t rows, std::size_t cols, unsigned seed) {
+void check_kernel(std::size_t rows, std::size_t cols, unsigned seed, bool split = false) {
   CAPTURE(rows);
   CAPTURE(cols);
   const std::string_view kernel = RowKernel<Arch, F>::kName;
   CAPTURE(kernel);
   const auto m = ref::test_matrix<F>(rows, cols, seed);
+  if (split) REQUIRE(quant::detail::useful_threads(rows, cols, 1, m.view().row_bytes, 2) == 2);
   std::vector<float> w_hat(rows * cols);
   m.dequantize(w_hat);
   // n = kVecTile + 1 vectors: gemv_batch prepares one full tile of vectors and then a partial one.
@@ -63,7 +66,7 @@ void check_shapes() {
   check_kernel<Arch, F>(40, 512, 11);   // full 128-chunks
   check_kernel<Arch, F>(17, 172, 12);   // ragged: stories260K's w2 width
   check_kernel<Arch, F>(5, 61, 13);     // odd width, no full chunk
-  check_kernel<Arch, F>(160, 896, 14);  // enough work for two threads
+  check_kernel<Arch, F>(1200, 896, 14, true);  // enough rows and work for two threads at n = 1 (2-bit too)
 }
 
 }  // namespace
@@ -136,8 +139,9 @@ namespace {
 /// Row t of gemv_batch over the first n vectors equals gemv of x_t bit for bit, for every n in
 /// 1 … kMaxN (full and partial groups of kVecTile, one and two vector blocks of kVecBlock) and for
 /// 1 and 2 threads.
+/// `split`: the two-thread products of the larger n are meant to take two threads (asserted).
 template <class Arch, class F>
-void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed) {
+void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed, bool split = false) {
   CAPTURE(rows);
   CAPTURE(cols);
   const std::string_view kernel = RowKernel<Arch, F>::kName;
@@ -145,6 +149,7 @@ void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed) {
   constexpr std::size_t kMaxN = 70;
   static_assert(kMaxN > quant::detail::kVecBlock);
   const auto m = ref::test_matrix<F>(rows, cols, seed);
+  if (split) REQUIRE(quant::detail::useful_threads(rows, cols, kMaxN, m.view().row_bytes, 2) == 2);
   const auto x = barato::test::random_vector(kMaxN * cols, seed + 1, -2.0f, 2.0f);
   std::vector<float> single(kMaxN * rows), yb(kMaxN * rows);
   for (std::size_t t = 0; t < kMaxN; ++t)
@@ -168,7 +173,7 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<16>, Int8Group<16, float>, Int8Group<32>,
                    AbsMax<8, PerGroup<32>, float>, Int8Group<64>, Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
                    AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
-  check_batch_invariance<simd::DefaultArch, F>(96, 300, 21);  // 2 full 128-blocks + a 44-column tail
+  check_batch_invariance<simd::DefaultArch, F>(272, 300, 21, true);  // 2 full 128-blocks + a 44-column tail; 2 threads from n ≈ 12
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 

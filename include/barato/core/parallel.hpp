@@ -32,6 +32,16 @@ void parallel_for(std::size_t n, int threads, F&& f, std::size_t grain = 1) {
   }
 }
 
+/// Threads worth using (at least 1, at most `threads`) for `work` units when each thread must get at
+/// least `min_per_thread` of them to repay what it costs: a fork and join, and moving its inputs and
+/// outputs between cores (callers size `min_per_thread` from both). Rounded down: a matrix just over
+/// one thread's minimum stays on one thread instead of giving a second a sliver of rows.
+[[nodiscard]] constexpr int threads_for(std::size_t work, std::size_t min_per_thread, int threads) noexcept {
+  const std::size_t by_work = work / (min_per_thread > 0 ? min_per_thread : 1);
+  const std::size_t t = static_cast<std::size_t>(threads < 1 ? 1 : threads);
+  return static_cast<int>(by_work < 1 ? 1 : (by_work < t ? by_work : t));
+}
+
 /// Starts the thread team `parallel_for` uses for `threads` threads (an empty parallel region), so
 /// the first real loop is not charged the team's start-up (1–16 ms measured on a 2-core machine; a
 /// model calls it when it is built, so the first request's time to first token does not pay it).

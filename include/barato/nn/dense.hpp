@@ -53,11 +53,18 @@ namespace detail {
 inline constexpr std::size_t kRowTile = 4;
 /// Input vectors per tile of the batched kernel.
 inline constexpr std::size_t kVecTile = 4;
-/// Below this many multiply-adds per thread, extra threads cost more than they save: an OpenMP
-/// fork and join costs ≈ 3.5 µs on the 2-core Zen 5 host, about 2^17 multiply-adds from cache.
-/// (At 2^15, 2026-12-05: 128 × 896 took 8.6–9.0 µs on 2 threads against 4.6–6.9 on one, and
-/// stories260K's 7-token prefill 0.32–0.47 ms against 0.23–0.25; now 4.0–4.2 µs and the same as one.)
-inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 17;
+/// The work per thread below which extra threads cost more than they save, in multiply-adds plus
+/// weight bytes (rows × cols × (n + sizeof(T))): a thread must repay an OpenMP fork and join (≈ 3.5 µs
+/// on the 2-core Zen 5 host) — kMinWorkPerThread — and the moving of its share of the n input and
+/// output vectors between the cores — kMovedValueWork per value of n · (rows + cols) (`threads_for` in
+/// core/parallel.hpp). Measured there (2026-12-05), two threads against one, cached and streamed: with
+/// 2^17 multiply-adds per thread (no bytes, no moves, the thread count rounded up), 128 × 896 at n = 2
+/// and 4 took 1.3–1.5× one thread's time (a 120 + 8 row split), 512 × 64 at n = 16 and 64 1.5–1.8×,
+/// and stories260K's 128-token prefill 1.4–1.7× (its 172 × 64 FFN matrices); these now stay on one
+/// thread, while 896 × 896 at n = 1 still splits (0.55–0.77×) and 128 × 896 from n = 7 (0.54–0.81×).
+inline constexpr std::size_t kMinWorkPerThread = std::size_t{3} << 17;
+/// Work a thread must do per input or output value it moves across the cores (see above).
+inline constexpr std::size_t kMovedValueWork = 32;
 /// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
 /// Matrices up to this size are treated as cache-resident by the GEMV (rows interleaved, see gemv_rows).
@@ -277,19 +284,17 @@ class Dense {
     return v;
   }
 
-  /// Row grain per thread chunk: a multiple of kRowTile, large enough that a chunk is worth a thread.
-  [[nodiscard]] std::size_t grain(std::size_t n) const noexcept {
-    const std::size_t per_row = cols_ * n;
-    std::size_t g = (detail::kMinWorkPerThread + per_row - 1) / per_row;
-    g = (g + detail::kRowTile - 1) / detail::kRowTile * detail::kRowTile;
-    return std::max(g, detail::kRowTile);
+  /// Threads worth using for n vectors (`threads_for`; see kMinWorkPerThread).
+  [[nodiscard]] int useful_threads(std::size_t n, int threads) const noexcept {
+    return threads_for(rows_ * cols_ * (n + sizeof(T)),
+                       detail::kMinWorkPerThread + detail::kMovedValueWork * n * (rows_ + cols_), threads);
   }
 
   void run(const float* x, float* y, std::size_t n, int threads) const {
     if (n == 0) return;
     parallel_for(
-        rows_, threads, [&](std::size_t lo, std::size_t hi) { rows_range(x, y, n, lo, hi); },
-        grain(n));
+        rows_, useful_threads(n, threads), [&](std::size_t lo, std::size_t hi) { rows_range(x, y, n, lo, hi); },
+        detail::kRowTile);
   }
 
   /// Rows [lo, hi) for all n vectors: y[j * rows + r].

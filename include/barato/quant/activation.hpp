@@ -253,7 +253,7 @@ void w8a8_amx(const View& w, const Int8Activation* a, std::size_t n, float* y, i
   const std::int8_t* first[1] = {a[0].q};
   amx_pack_planes<1>(first, stride, n, chunks, pack);
   amx_row_passes(
-      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      w.rows, useful_threads(w.rows, w.cols, n, w.row_bytes, threads),
       [&](std::size_t r) {
         alignas(64) std::int32_t sums[2][16][16];
         for (std::size_t g = 0; g < groups; ++g) {
@@ -297,7 +297,7 @@ void gemv_w8a8_batch(const View& w, const Int8Activation* a, std::size_t n, floa
   (void)pack;
 #endif
   parallel_for(
-      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      w.rows, useful_threads(w.rows, w.cols, n, w.row_bytes, threads),
       [&](std::size_t lo, std::size_t hi) {
         walk_rows(w.row_bytes, n, lo, hi,
                   [&](std::size_t r0, std::size_t r1, std::size_t j, std::size_t m) { w8a8_rows<Arch>(w, r0, r1, a + j, m, y, j); });

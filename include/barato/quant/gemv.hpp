@@ -73,16 +73,33 @@
 namespace barato::quant {
 
 namespace detail {
-/// Below this many weights per thread, an extra thread costs more than it saves.
-inline constexpr std::size_t kMinWeightsPerThread = std::size_t{1} << 16;
+/// The work per thread below which a second thread costs more than it saves, in multiply-adds plus
+/// weight bytes (rows × (n · cols + row_bytes)): a thread must repay an OpenMP fork and join (≈ 3.5 µs
+/// on the 2-core Zen 5 host) and the serial preparation of the n vectors — kMinWorkPerThread — and
+/// the moving of its share of the vectors and outputs between the cores — kMovedValueWork per value
+/// of n · (rows + cols) (`threads_for` in core/parallel.hpp).
+inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 19;
+/// Work a thread must do per input or output value it moves across the cores (see above).
+inline constexpr std::size_t kMovedValueWork = 32;
+/// Rows a thread must get at least: with fewer, the prepared planes it pulls from the preparing core
+/// cost more than its share of the rows.
+inline constexpr std::size_t kMinRowsPerThread = 128;
 /// Rows per parallel chunk boundary.
 inline constexpr std::size_t kRowGrain = 16;
 
-/// Threads worth using for rows × cols weight-vector products (at least 1, at most `threads`).
-inline int useful_threads(std::size_t rows, std::size_t cols, int threads) noexcept {
-  const std::size_t by_work = rows * cols / kMinWeightsPerThread;
-  const std::size_t t = static_cast<std::size_t>(threads < 1 ? 1 : threads);
-  return static_cast<int>(by_work < 1 ? 1 : (by_work < t ? by_work : t));
+/// Threads worth using (at least 1, at most `threads`) for n vectors times a rows × cols matrix of
+/// `row_bytes` bytes per row (see kMinWorkPerThread and kMinRowsPerThread). Measured on the Zen 5 host,
+/// one thread against two, n ∈ {1, 2, 4, 7, 16, 64}, int8-row, int4-g128 and q4_0, weights cached and
+/// streamed (2026-12-05): with the former 2^16 weight-vector products per thread, 128 × 896 went to two
+/// threads from n = 2 at 1.05–1.9× one thread's time (at n = 64 still 0.83–1.11×), and 256 × 896 from
+/// n = 1 at 1.0–1.5×; both now stay on one up to n = 4 (128 × 896 always), while 896 × 896 still
+/// splits from n = 1 (0.67–0.84×) and 256 × 896 from n = 7 (0.76–1.0×).
+inline int useful_threads(std::size_t rows, std::size_t cols, std::size_t n, std::size_t row_bytes,
+                          int threads) noexcept {
+  const int by_work =
+      threads_for(rows * (cols * n + row_bytes), kMinWorkPerThread + kMovedValueWork * n * (rows + cols), threads);
+  const std::size_t by_rows = rows / kMinRowsPerThread;
+  return static_cast<int>(by_rows < 1 ? 1 : (by_rows < static_cast<std::size_t>(by_work) ? by_rows : by_work));
 }
 /// Vectors per register-blocked micro-kernel call (`dot_n<kVecTile>`): each weight load feeds 4.
 inline constexpr std::size_t kVecTile = 4;
@@ -233,7 +250,7 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
   const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
   const std::size_t tail = acts[0].blocks * 128;
   amx_row_passes(
-      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      w.rows, useful_threads(w.rows, w.cols, n, w.row_bytes, threads),
       [&](std::size_t r) {
         alignas(64) std::int32_t sums[4][16][16];
         alignas(64) float out[kAmxRows][kAmxVectors];
@@ -276,7 +293,7 @@ void gemv_amx_blocks(const QuantizedView<F>& w, const typename K::Activation* ac
   amx_block_table(acts, n, table);
   const std::size_t groups = (n + kAmxVectors - 1) / kAmxVectors;
   amx_row_passes<16>(
-      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      w.rows, useful_threads(w.rows, w.cols, n, w.row_bytes, threads),
       [&](std::size_t r) {
         alignas(64) float acc[kAmxBlockGroups][16][16];
         const std::uint8_t* rows[16];
@@ -332,7 +349,7 @@ void gemv_prepared(const QuantizedView<F>& w, const float* x, float* y, std::siz
   }
 #endif
   parallel_for(
-      w.rows, useful_threads(w.rows, w.cols * n, threads),
+      w.rows, useful_threads(w.rows, w.cols, n, w.row_bytes, threads),
       [&](std::size_t lo, std::size_t hi) {
         kernel_rows<K>(w, acts, n, y, lo, hi);
       },
