@@ -23,8 +23,9 @@
 /// 896 × 4864 q4_0 320–365 → 160–190 µs, q8_0 620–735 → 215–240 µs; q8_0 n = 64 8.3–9.2 → 2.4–3.4
 /// ms; n = 1 and the streamed 0.5B pass unchanged within this host's noise, except q8_0 rows of 896
 /// columns, a group of 8 chunks and a short one of 6, at 0.86–1.0×).
-/// Columns past the last full chunk (128 for Q4_0, 64 for Q8_0) are summed per 32-column block by the
-/// scalar code of quant/ggml_dot.hpp.
+/// Columns past the last full chunk (128 for Q4_0, 64 for Q8_0) are summed per 32-column block, each
+/// whole block's weights decoded once for the N vectors and its exact sum taken by `vpmaddwd`
+/// (`tail_block_sum`); a last partial block by the scalar code of quant/ggml_dot.hpp.
 ///
 /// Result: the integer block sums are ggml's; the fp32 sum of the scaled sums differs from the scalar
 /// reference only by summation order. Error against Ŵx: the activation rounding of
@@ -286,15 +287,54 @@ struct RowKernel<Arch, F> {
       ++t;
     }
     if (k < chunks) short_group<N>(chunks - k, v, row, sc, k, t, a, acc1);
-    const std::size_t full = chunks * kChunk;
-    for (std::size_t j = 0; j < N; ++j) {
-      float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      for (std::size_t c = full, b = full / kGgmlBlock; c < v.cols; c += kGgmlBlock, ++b) {
-        const std::size_t e = v.cols - c < kGgmlBlock ? v.cols : c + kGgmlBlock;
-        total += to_float(sc[b]) * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(row, v.cols, c, e, a[j].q));
-      }
-      out[j] = total;
+    float total[N];
+    for (std::size_t j = 0; j < N; ++j) total[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
+    // the blocks past the last full chunk, in block order: whole ones decoded once for the N vectors
+    std::size_t c = chunks * kChunk, b = c / kGgmlBlock;
+    for (; c + kGgmlBlock <= v.cols; c += kGgmlBlock, ++b) {
+      const __m512i w16 = tail_block_weights(row, c);
+      const float s = to_float(sc[b]);
+      for (std::size_t j = 0; j < N; ++j)
+        total[j] += rounded(s * a[j].step[b] * static_cast<float>(tail_block_sum(w16, a[j].q + c)));
     }
+    if (c < v.cols) {  // a last partial block (cols not a multiple of 32)
+      const float s = to_float(sc[b]);
+      for (std::size_t j = 0; j < N; ++j)
+        total[j] += rounded(s * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(row, v.cols, c, v.cols, a[j].q)));
+    }
+    for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
+  }
+
+  /// x, rounded to fp32 where it stands: the compiler may not fuse the product that made it into the
+  /// addition that takes it (an FMA). The tail's scaled block sums are then added exactly as the scalar
+  /// reference adds them (quant/ggml_dot.hpp), the bits this kernel gave when the tail was scalar code.
+  [[gnu::always_inline]] static float rounded(float x) noexcept {
+    asm("" : "+x"(x));
+    return x;
+  }
+
+  /// The 32 integer weights of the whole block at column c past the full chunks (natural order, where
+  /// c + 32 ≤ cols) as int16: Q4_0's 16 bytes split into low nibbles (columns c … c + 15) and high
+  /// nibbles (c + 16 … c + 31) minus the offset 8, Q8_0's 32 codes sign-extended.
+  [[gnu::always_inline]] static __m512i tail_block_weights(const std::uint8_t* row, std::size_t c) noexcept {
+    if constexpr (kQ4) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
+      const __m128i nib = _mm_set1_epi8(0x0F);
+      const __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(bytes, nib)),
+                                                _mm_and_si128(_mm_srli_epi16(bytes, 4), nib), 1);
+      return _mm512_sub_epi16(_mm512_cvtepu8_epi16(u), _mm512_set1_epi16(static_cast<short>(kOffset)));
+    } else {
+      return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c)));
+    }
+  }
+
+  /// Σ w · q over one whole tail block (w from `tail_block_weights`, q the activation codes of its 32
+  /// columns): products summed in pairs by `vpmaddwd`, then across lanes — exact in int32 (|w| ≤ 128,
+  /// |q| ≤ 127), so the same integer as `ggml_block_sum`, in a few instructions instead of 32 scalar
+  /// steps (stories260K's 64-column matrices are all tail: 512 × 64 took 41 µs against int8-row's 4).
+  [[gnu::always_inline]] static std::int32_t tail_block_sum(__m512i w16, const std::int8_t* q) noexcept {
+    const __m512i q16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    return _mm512_reduce_add_epi32(_mm512_madd_epi16(w16, q16));
   }
 
   /// Row r · a (`dot_n<1>`).
