@@ -153,6 +153,9 @@ TEST_CASE("W8A8Linear::apply_batch rows equal apply bitwise for n = 1 … 70 and
     const auto w = ref::normal_vector(R * C, 6, 0.05f);
     const W8A8Linear<f16, Arch> lin(R, C, w);
     constexpr std::size_t kMaxN = 70;
+    // The two-thread calls must split at the largest n (C is at most the row's bytes, and more bytes
+    // only add work), so a change of the threshold cannot quietly leave the split untested.
+    REQUIRE(quant::detail::useful_threads(R, C, kMaxN, C, 2) == 2);
     const auto x = barato::test::random_vector(kMaxN * C, 7, -3.f, 3.f);
     std::vector<float> single(kMaxN * R), yb(kMaxN * R);
     for (std::size_t t = 0; t < kMaxN; ++t)

@@ -153,6 +153,7 @@ TEST_CASE("AMX: packed B tiles, tile sums and gemv_batch through the tiles") {
   SUBCASE("gemv_batch through the tiles equals the VNNI kernel's single-vector product bit for bit") {
     const auto m = ref::test_matrix<F>(rows, cols, 8);
     const auto mt = ref::test_matrix<Int8PerTensor<>>(rows, cols, 9);
+    REQUIRE(quant::detail::useful_threads(rows, cols, 40, m.view().row_bytes, 2) == 2);  // n = 40 splits
     for (const std::size_t n : {quant::detail::kAmxMinVectors, std::size_t{16}, std::size_t{17}, std::size_t{40}}) {
       CAPTURE(n);
       const auto x = barato::test::random_vector(n * cols, 10 + unsigned(n), -2.0f, 2.0f);

@@ -36,6 +36,12 @@ void parallel_for(std::size_t n, int threads, F&& f, std::size_t grain = 1) {
 /// least `min_per_thread` of them to repay what it costs: a fork and join, and moving its inputs and
 /// outputs between cores (callers size `min_per_thread` from both). Rounded down: a matrix just over
 /// one thread's minimum stays on one thread instead of giving a second a sliver of rows.
+/// Work a thread must do per input or output value it moves between the cores, in the units of
+/// `threads_for` (multiply-adds plus weight bytes): a product's per-thread minimum adds this for each
+/// value of n · (rows + cols) its thread would pull from or push to the other core (nn/dense.hpp,
+/// quant/gemv.hpp; measured on the 2-core Zen 5 host, 2026-12-05).
+inline constexpr std::size_t kMovedValueWork = 32;
+
 [[nodiscard]] constexpr int threads_for(std::size_t work, std::size_t min_per_thread, int threads) noexcept {
   const std::size_t by_work = work / (min_per_thread > 0 ? min_per_thread : 1);
   const std::size_t t = static_cast<std::size_t>(threads < 1 ? 1 : threads);

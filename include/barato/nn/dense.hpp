@@ -60,11 +60,9 @@ inline constexpr std::size_t kVecTile = 4;
 /// core/parallel.hpp). Measured there (2026-12-05), two threads against one, cached and streamed: with
 /// 2^17 multiply-adds per thread (no bytes, no moves, the thread count rounded up), 128 × 896 at n = 2
 /// and 4 took 1.3–1.5× one thread's time (a 120 + 8 row split), 512 × 64 at n = 16 and 64 1.5–1.8×,
-/// and stories260K's 128-token prefill 1.4–1.7× (its 172 × 64 FFN matrices); these now stay on one
+/// and stories260K's 128-token prefill 1.2–1.7× (its 172 × 64 FFN matrices); these now stay on one
 /// thread, while 896 × 896 at n = 1 still splits (0.55–0.77×) and 128 × 896 from n = 7 (0.54–0.81×).
 inline constexpr std::size_t kMinWorkPerThread = std::size_t{3} << 17;
-/// Work a thread must do per input or output value it moves across the cores (see above).
-inline constexpr std::size_t kMovedValueWork = 32;
 /// Weight bytes per row block of the batched kernel (sized to stay in L2 while X passes over it).
 inline constexpr std::size_t kRowBlockBytes = std::size_t{1} << 18;
 /// Matrices up to this size are treated as cache-resident by the GEMV (rows interleaved, see gemv_rows).
@@ -287,7 +285,7 @@ class Dense {
   /// Threads worth using for n vectors (`threads_for`; see kMinWorkPerThread).
   [[nodiscard]] int useful_threads(std::size_t n, int threads) const noexcept {
     return threads_for(rows_ * cols_ * (n + sizeof(T)),
-                       detail::kMinWorkPerThread + detail::kMovedValueWork * n * (rows_ + cols_), threads);
+                       detail::kMinWorkPerThread + kMovedValueWork * n * (rows_ + cols_), threads);
   }
 
   void run(const float* x, float* y, std::size_t n, int threads) const {

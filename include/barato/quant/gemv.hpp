@@ -79,8 +79,6 @@ namespace detail {
 /// the moving of its share of the vectors and outputs between the cores — kMovedValueWork per value
 /// of n · (rows + cols) (`threads_for` in core/parallel.hpp).
 inline constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 19;
-/// Work a thread must do per input or output value it moves across the cores (see above).
-inline constexpr std::size_t kMovedValueWork = 32;
 /// Rows a thread must get at least: with fewer, the prepared planes it pulls from the preparing core
 /// cost more than its share of the rows.
 inline constexpr std::size_t kMinRowsPerThread = 128;
@@ -98,8 +96,8 @@ inline int useful_threads(std::size_t rows, std::size_t cols, std::size_t n, std
                           int threads) noexcept {
   const int by_work =
       threads_for(rows * (cols * n + row_bytes), kMinWorkPerThread + kMovedValueWork * n * (rows + cols), threads);
-  const std::size_t by_rows = rows / kMinRowsPerThread;
-  return static_cast<int>(by_rows < 1 ? 1 : (by_rows < static_cast<std::size_t>(by_work) ? by_rows : by_work));
+  const int by_rows = threads_for(rows, kMinRowsPerThread, threads);
+  return by_work < by_rows ? by_work : by_rows;
 }
 /// Vectors per register-blocked micro-kernel call (`dot_n<kVecTile>`): each weight load feeds 4.
 inline constexpr std::size_t kVecTile = 4;
