@@ -69,7 +69,7 @@ template <barato::Element T = float>
 
 /// Options of a `Llama` instance (designated initialisers).
 struct LlamaOptions {
-  int threads = 1;               ///< threads for matrix products and attention (over KV heads)
+  int threads = 1;               ///< threads for matrix products and attention (a ceiling: each takes what its work repays)
   std::size_t max_chunk = 128;   ///< tokens per prefill chunk (activation buffers are sized for it); lowered
                                  ///< to the caches' max_append() when they report one (kv/cache_policy.hpp)
   std::size_t max_positions = 0; ///< RoPE table size; 0 = config.seq_len
@@ -105,7 +105,8 @@ void attend_segments(std::size_t l, std::span<const barato::batch::Segment> segs
 
 /// How a layer's attention runs over the segments once their K/V are appended: `attend` per segment
 /// over its own cache — over segments (one thread each) when there are several and threads > 1,
-/// else over KV heads; the same results either way. `BatchedLlama`'s cascade option replaces it
+/// else within the one segment (`attention::attend`: over its queries, or over KV heads for a few queries);
+/// the same results either way. `BatchedLlama`'s cascade option replaces it
 /// (models/llama_batch.hpp) with shared-prefix attention for decodes that share pages.
 struct SegmentAttention {
   template <class CacheOf>
@@ -125,8 +126,12 @@ struct SegmentAttention {
 template <barato::nn::LinearLayer Linear>
 class LlamaStack {
  public:
-  /// Attention multiply-adds per thread below which a step's attention runs on fewer threads.
-  static constexpr std::size_t kMinAttentionWork = std::size_t{1} << 16;
+  /// Attention multiply-adds (q·k and p·v over the keys each query sees) a thread must get before a
+  /// step's attention takes it: two threads repaid their fork and join from about 2^18 per thread
+  /// (attention alone, one vs two threads, default OpenMP waits, Zen 5 host 2026-12-06: stories260K's
+  /// 8 × 8-float heads at 64 queries 0.79×, 32 queries 1.09×; 14 × 64 at 32 queries 0.76×, 16 queries
+  /// 1.00×; a 14 × 64 decode over 512 positions 0.88×, over 64 1.6×).
+  static constexpr std::size_t kMinAttentionWork = std::size_t{1} << 18;
 
   LlamaStack(const LlamaWeights<Linear>& w, std::size_t max_rows, std::size_t max_positions, std::pmr::memory_resource* mr)
       : w_(&w), cfg_(w.config), rows_(std::max<std::size_t>(max_rows, 1)),
@@ -154,7 +159,7 @@ class LlamaStack {
   /// `cache_of(segment_index, layer)` returns that segment's cache for the layer (a kv::CachePolicy
   /// reference or value). Leaves the residual stream in rows [0, n) of x. `observer` (may be empty)
   /// sees the stream after each layer. `threads`: matrix products over all rows; attention over
-  /// segments when there are several (one thread each), else over KV heads — same results either way.
+  /// segments when there are several (one thread each), else within the segment — same results either way.
   template <class CacheOf, class Attention = SegmentAttention>
   void run(std::span<const Token> tokens, std::span<const barato::batch::Segment> segs, CacheOf&& cache_of, int threads,
            const ResidualObserver& observer = {}, Attention&& attention = {}) {
@@ -216,10 +221,9 @@ class LlamaStack {
     }
     // threads only where the work pays for them (a decode over a short cache is a few µs: waking a
     // second thread costs about as much), so two threads are never slower than one
-    std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v)
-    for (const auto& s : segs) work += 2 * s.rows * (s.pos + s.rows) * qd;
-    const int useful = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)),
-                                                              std::max<std::size_t>(work / kMinAttentionWork, 1)));
+    std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v over the visible keys)
+    for (const auto& s : segs) work += 2 * qd * (s.rows * s.pos + s.rows * (s.rows + 1) / 2);
+    const int useful = barato::threads_for(work, kMinAttentionWork, threads);
     attention(l, segs, cache_of, a.q, a.att, useful, cfg_.heads());
     project(w.wo, a.att, a.o, threads);
     nn::add_inplace(a.x, a.o);

@@ -59,6 +59,72 @@ TEST_CASE("prefill (tiled attend over P queries) equals the reference, with and 
   }
 }
 
+TEST_CASE("threads change no bit: attend split over queries or over KV heads equals one thread") {
+  // n from a decode (heads split) to blocks where every thread gets kMinQueriesPerThread queries and
+  // more (queries split, each thread's part in stack batches when H_q·n exceeds kAttendStackStats);
+  // contiguous, windowed and scattered paged caches; thread counts that do not divide the heads.
+  struct Shape { std::size_t hq, hkv, d; };
+  for (const Shape sh : {Shape{8, 4, 8}, Shape{14, 2, 64}, Shape{40, 8, 16}}) {
+    const attention::Heads heads{.n_q = sh.hq, .n_kv = sh.hkv, .head_dim = sh.d};
+    const std::size_t row = sh.hkv * sh.d, past = 45;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{17}, std::size_t{33},
+                                std::size_t{150}}) {
+      CAPTURE(sh.hq); CAPTURE(sh.d); CAPTURE(n);
+      const auto k = test::random_vector((past + n) * row, 81), v = test::random_vector((past + n) * row, 82);
+      const auto q = test::random_vector(n * heads.q_dim(), 83, -3.f, 3.f);
+      kv::Contiguous<float> flat(sh.hkv, sh.d, past + n);
+      flat.append(k, v);
+      kv::SlidingWindow<float> window({.n_kv_heads = sh.hkv, .head_dim = sh.d, .window = 20, .sinks = 2, .chunk = std::max(n, past)});
+      window.append(std::span<const float>(k).first(past * row), std::span<const float>(v).first(past * row));
+      window.append(std::span<const float>(k).subspan(past * row), std::span<const float>(v).subspan(past * row));
+      kv::PagedPool<float> pool({.n_layers = 1, .n_kv_heads = sh.hkv, .head_dim = sh.d, .block_tokens = 8,
+                                 .n_blocks = 2 * ((past + n + 7) / 8), .extent_blocks = 1});
+      auto paged = pool.view(pool.add_sequence(), 0), other = pool.view(pool.add_sequence(), 0);
+      for (std::size_t t = 0; t < past + n; t += 8) {  // pages taken in turn: none adjacent
+        const std::size_t m = std::min<std::size_t>(8, past + n - t);
+        paged.append(std::span<const float>(k).subspan(t * row, m * row), std::span<const float>(v).subspan(t * row, m * row));
+        other.append(std::span<const float>(v).subspan(t * row, m * row), std::span<const float>(k).subspan(t * row, m * row));
+      }
+      auto run = [&](const auto& cache, int threads) {
+        std::vector<float> out(q.size());
+        attention::attend(q, cache, heads, out, {.threads = threads});
+        return out;
+      };
+      const auto one_flat = run(flat, 1), one_window = run(window, 1), one_paged = run(paged, 1);
+      CHECK(one_paged == one_flat);
+      for (const int threads : {2, 3, 4}) {
+        CAPTURE(threads);
+        CHECK(run(flat, threads) == one_flat);
+        CHECK(run(window, threads) == one_window);
+        CHECK(run(paged, threads) == one_flat);
+      }
+    }
+  }
+}
+
+TEST_CASE("causal_split: the parts cover the queries in order, each within one query's keys of an even share") {
+  for (const std::size_t p0 : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{5000}})
+    for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{16}, std::size_t{129}, std::size_t{1000}})
+      for (const std::size_t parts : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}}) {
+        CAPTURE(p0); CAPTURE(n); CAPTURE(parts);
+        auto keys = [&](std::size_t lo, std::size_t hi) {  // keys seen by queries [lo, hi), counted one by one
+          std::size_t w = 0;
+          for (std::size_t t = lo; t < hi; ++t) w += p0 + t + 1;
+          return w;
+        };
+        const double share = static_cast<double>(keys(0, n)) / static_cast<double>(parts);
+        CHECK(attention::detail::causal_split(p0, n, 0, parts) == 0);
+        CHECK(attention::detail::causal_split(p0, n, parts, parts) == n);
+        for (std::size_t i = 0; i < parts; ++i) {
+          const std::size_t lo = attention::detail::causal_split(p0, n, i, parts);
+          const std::size_t hi = attention::detail::causal_split(p0, n, i + 1, parts);
+          REQUIRE(lo <= hi);
+          // a part is off an even share by less than its last query's keys (whole queries)
+          CHECK(std::abs(static_cast<double>(keys(lo, hi)) - share) <= static_cast<double>(p0 + n) + 1e-9);
+        }
+      }
+}
+
 TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query to its own window") {
   // P = 150 queries cross several 64-row tiles and the ring's wrap; each query must see its sinks and
   // its last W positions only — the cache holds up to chunk − 1 older ones that must stay hidden.

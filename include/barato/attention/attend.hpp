@@ -37,7 +37,8 @@ inline constexpr std::size_t kPrefillTileRows = 64;
 /// Options of `attend` / `decode` (designated initialisers).
 struct AttendOptions {
   std::optional<float> scale = std::nullopt;  ///< softmax scale; unset: 1/√head_dim (`Heads::default_scale()`)
-  int threads = 1;                           ///< threads over KV heads (via barato::parallel_for)
+  int threads = 1;                           ///< threads (via barato::parallel_for): over queries, each thread
+                                             ///< at least kMinQueriesPerThread of them, else over KV heads
 };
 
 /// Partial states (one per query head and query) `attend` keeps on its stack (32 KiB): longer blocks
@@ -127,6 +128,37 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
   });
 }
 
+/// Queries per thread from which a multi-threaded `attend` splits the queries rather than the KV heads.
+inline constexpr std::size_t kMinQueriesPerThread = 8;
+
+/// Parts of a multi-threaded `attend` over queries: `threads` when every part gets kMinQueriesPerThread
+/// queries, else 1 (the threads then split the KV heads). Over heads, the threads' output columns
+/// interleave in every row of `out` ([n, H_q, d]), and each fold of a key tile rewrites a query's
+/// columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte line per KV head)
+/// the cores fight over the rows' cache lines, and two threads ran a 128-token prefill's attention in
+/// about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread owns whole rows.
+[[nodiscard]] inline int query_parts(std::size_t n_tok, int threads) noexcept {
+  return threads > 1 && n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads) ? threads : 1;
+}
+
+/// First query of part i of `parts` (i = parts gives n_tok) for queries at p0 … p0 + n_tok − 1: the
+/// parts split the causal work Σ (p0 + t + 1) (keys each query sees) as evenly as whole queries allow,
+/// so the later queries, which see more keys, come in shorter parts. (A windowed cache's queries see at
+/// most its window, so there the first part gets more than its share; the results are the same.)
+[[nodiscard]] inline std::size_t causal_split(std::size_t p0, std::size_t n_tok, std::size_t i, std::size_t parts) noexcept {
+  // keys seen by queries [0, t): t·p0 + t(t + 1)/2, nondecreasing in t
+  auto work = [&](std::size_t t) { return t * p0 + t * (t + 1) / 2; };
+  if (i >= parts) return n_tok;
+  const std::size_t target = work(n_tok) / parts * i + work(n_tok) % parts * i / parts;
+  std::size_t lo = 0, hi = n_tok;  // the smallest t with work(t) >= target
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (work(mid) < target) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 }  // namespace detail
 
 /// Causal attention of the queries `q` ([n, H_q, d]) of the cache's newest n positions
@@ -151,15 +183,31 @@ void attend(std::span<const float> q, const Cache& cache, const Heads& heads, st
           " positions (append the queries' K/V first)");
   detail::check_attend(q.size(), out.size(), n_tok, n_tok * heads.n_q, heads, cache.n_kv_heads(), cache.head_dim());
   const std::size_t row = heads.q_dim();
-  const std::size_t tile = n_tok == 1 ? 0 : kPrefillTileRows;
+  const std::size_t tile = n_tok == 1 ? 0 : kPrefillTileRows;  // the whole call's tiling, in every part
+  const std::size_t p0 = cache.size() - n_tok;
   const std::size_t per = std::max<std::size_t>(1, kAttendStackStats / heads.n_q);  // queries per batch
-  for (std::size_t t0 = 0; t0 < n_tok; t0 += per) {
-    const std::size_t m = std::min(per, n_tok - t0);
-    detail::with_stats(m * heads.n_q, [&](std::span<PartialStats> stats) {
-      detail::attend_into<Arch>(q.subspan(t0 * row, m * row), cache.size() - n_tok + t0, cache, heads,
-                                out.subspan(t0 * row, m * row), stats, tile, opt);
-    });
+  // queries [lo, hi) in batches of `per`, `threads` over KV heads
+  auto queries = [&](std::size_t lo, std::size_t hi, int threads) {
+    AttendOptions o = opt;
+    o.threads = threads;
+    for (std::size_t t0 = lo; t0 < hi; t0 += per) {
+      const std::size_t m = std::min(per, hi - t0);
+      detail::with_stats(m * heads.n_q, [&](std::span<PartialStats> stats) {
+        detail::attend_into<Arch>(q.subspan(t0 * row, m * row), p0 + t0, cache, heads, out.subspan(t0 * row, m * row),
+                                  stats, tile, o);
+      });
+    }
+  };
+  const int parts = detail::query_parts(n_tok, opt.threads);
+  if (parts <= 1) {
+    queries(0, n_tok, opt.threads);
+    return;
   }
+  parallel_for(static_cast<std::size_t>(parts), parts, [&](std::size_t i_lo, std::size_t i_hi) {
+    for (std::size_t i = i_lo; i < i_hi; ++i)
+      queries(detail::causal_split(p0, n_tok, i, static_cast<std::size_t>(parts)),
+              detail::causal_split(p0, n_tok, i + 1, static_cast<std::size_t>(parts)), 1);
+  });
 }
 
 /// One decode step: `attend` for one query — `q` ([H_q, d]) of the newest position (size − 1) against
