@@ -306,6 +306,7 @@ class Dense {
   /// in kRowTile × kVecTile register tiles.
   void rows_range(const float* x, float* y, std::size_t n, std::size_t lo, std::size_t hi) const noexcept {
     constexpr std::size_t R = detail::kRowTile, N = detail::kVecTile;
+    static_assert(N == 4, "the remainder's switch below covers 1 … 3 vectors");
     const std::size_t c = cols_;
     if (n == 1) {
       detail::gemv_rows<Arch>(w_.data(), c, x, y, lo, hi, bytes() <= detail::kInterleaveBytes);
@@ -323,17 +324,25 @@ class Dense {
         default: first_pass<N>(r0, r1, x, y); break;
       }
       std::size_t j = first;
-      for (; j + N <= n; j += N) {
-        std::size_t r = r0;
-        for (; r + R <= r1; r += R) tile<R, N>(r, x + j * c, j, y);
-        for (; r < r1; ++r) tile<1, N>(r, x + j * c, j, y);
-      }
-      for (; j < n; ++j) {
-        std::size_t r = r0;
-        for (; r + R <= r1; r += R) tile<R, 1>(r, x + j * c, j, y);
-        for (; r < r1; ++r) tile<1, 1>(r, x + j * c, j, y);
+      for (; j + N <= n; j += N) tiles<N>(r0, r1, x + j * c, j, y);
+      // the last 1 … N − 1 vectors together, so each weight load still feeds all of them (one at a
+      // time, n = 7 ran at about half the multiply-add rate of n = 8)
+      switch (n - j) {
+        case 3: tiles<3>(r0, r1, x + j * c, j, y); break;
+        case 2: tiles<2>(r0, r1, x + j * c, j, y); break;
+        case 1: tiles<1>(r0, r1, x + j * c, j, y); break;
+        default: break;
       }
     }
+  }
+
+  /// Rows [r0, r1) × vectors [j, j + K) in kRowTile × K register tiles (x points at vector j).
+  template <std::size_t K>
+  void tiles(std::size_t r0, std::size_t r1, const float* x, std::size_t j, float* y) const noexcept {
+    constexpr std::size_t R = detail::kRowTile;
+    std::size_t r = r0;
+    for (; r + R <= r1; r += R) tile<R, K>(r, x, j, y);
+    for (; r < r1; ++r) tile<1, K>(r, x, j, y);
   }
 
   /// Vectors [0, K) over rows [r0, r1), two rows per tile: row r0 + i with row r0 + h + i (h = half the
