@@ -222,7 +222,7 @@ class LlamaStack {
     // threads only where the work pays for them (a decode over a short cache is a few µs: waking a
     // second thread costs about as much), so two threads are never slower than one
     std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v over the visible keys)
-    for (const auto& s : segs) work += 2 * qd * (s.rows * s.pos + s.rows * (s.rows + 1) / 2);
+    for (const auto& s : segs) work += 2 * qd * barato::attention::causal_keys(s.pos, s.rows);
     const int useful = barato::threads_for(work, kMinAttentionWork, threads);
     attention(l, segs, cache_of, a.q, a.att, useful, cfg_.heads());
     project(w.wo, a.att, a.o, threads);

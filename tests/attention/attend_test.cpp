@@ -112,6 +112,7 @@ TEST_CASE("causal_split: the parts cover the queries in order, each within one q
           for (std::size_t t = lo; t < hi; ++t) w += p0 + t + 1;
           return w;
         };
+        CHECK(attention::causal_keys(p0, n) == keys(0, n));
         const double share = static_cast<double>(keys(0, n)) / static_cast<double>(parts);
         CHECK(attention::detail::causal_split(p0, n, 0, parts) == 0);
         CHECK(attention::detail::causal_split(p0, n, parts, parts) == n);
@@ -123,6 +124,17 @@ TEST_CASE("causal_split: the parts cover the queries in order, each within one q
           CHECK(std::abs(static_cast<double>(keys(lo, hi)) - share) <= static_cast<double>(p0 + n) + 1e-9);
         }
       }
+}
+
+TEST_CASE("query_parts: queries split only with enough per thread, and never when the states need the heap") {
+  using attention::detail::query_parts;
+  const std::size_t q8 = attention::detail::kMinQueriesPerThread;
+  CHECK(query_parts(2 * q8, 8, 2) == 2);
+  CHECK(query_parts(2 * q8 - 1, 8, 2) == 1);
+  CHECK(query_parts(3 * q8, 8, 3) == 3);
+  CHECK(query_parts(1000, 8, 1) == 1);
+  CHECK(query_parts(1000, attention::kAttendStackStats, 2) == 2);
+  CHECK(query_parts(1000, attention::kAttendStackStats + 1, 2) == 1);  // heap states: one part, heads split
 }
 
 TEST_CASE("windowed cache: a prefill chunk wider than the tile clips every query to its own window") {

@@ -45,6 +45,12 @@ struct AttendOptions {
 /// of queries run in batches of kAttendStackStats / H_q; only H_q > kAttendStackStats allocates.
 inline constexpr std::size_t kAttendStackStats = 4096;
 
+/// Keys the causal queries at p0 … p0 + n − 1 see in total, Σ (p0 + t + 1) = n·p0 + n(n + 1)/2
+/// (before any window clips them): per query head, attention's q·k (and p·v) work is this × head_dim.
+[[nodiscard]] constexpr std::size_t causal_keys(std::size_t p0, std::size_t n) noexcept {
+  return n * p0 + n * (n + 1) / 2;
+}
+
 namespace detail {
 inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n_tok, std::size_t stats_size,
                          const Heads& heads, std::size_t cache_heads, std::size_t cache_dim) {
@@ -132,22 +138,25 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
 inline constexpr std::size_t kMinQueriesPerThread = 8;
 
 /// Parts of a multi-threaded `attend` over queries: `threads` when every part gets kMinQueriesPerThread
-/// queries, else 1 (the threads then split the KV heads). Over heads, the threads' output columns
+/// queries, else 1 (the threads then split the KV heads). Also 1 for more than kAttendStackStats query
+/// heads: a part's (m, l) states would then come from the heap, inside the parallel region, where an
+/// allocation failure could not propagate. Over heads, the threads' output columns
 /// interleave in every row of `out` ([n, H_q, d]), and each fold of a key tile rewrites a query's
 /// columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte line per KV head)
 /// the cores fight over the rows' cache lines, and two threads ran a 128-token prefill's attention in
 /// about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread owns whole rows.
-[[nodiscard]] inline int query_parts(std::size_t n_tok, int threads) noexcept {
-  return threads > 1 && n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads) ? threads : 1;
+[[nodiscard]] inline int query_parts(std::size_t n_tok, std::size_t n_q, int threads) noexcept {
+  const bool split = threads > 1 && n_q <= kAttendStackStats &&
+                     n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads);
+  return split ? threads : 1;
 }
 
 /// First query of part i of `parts` (i = parts gives n_tok) for queries at p0 … p0 + n_tok − 1: the
-/// parts split the causal work Σ (p0 + t + 1) (keys each query sees) as evenly as whole queries allow,
-/// so the later queries, which see more keys, come in shorter parts. (A windowed cache's queries see at
-/// most its window, so there the first part gets more than its share; the results are the same.)
+/// parts split the causal work `causal_keys(p0, n_tok)` as evenly as whole queries allow, so the later
+/// queries, which see more keys, come in shorter parts. (A windowed cache's queries see at most its
+/// window, so there the first part gets more than its share; the results are the same.)
 [[nodiscard]] inline std::size_t causal_split(std::size_t p0, std::size_t n_tok, std::size_t i, std::size_t parts) noexcept {
-  // keys seen by queries [0, t): t·p0 + t(t + 1)/2, nondecreasing in t
-  auto work = [&](std::size_t t) { return t * p0 + t * (t + 1) / 2; };
+  auto work = [&](std::size_t t) { return causal_keys(p0, t); };  // nondecreasing in t
   if (i >= parts) return n_tok;
   const std::size_t target = work(n_tok) / parts * i + work(n_tok) % parts * i / parts;
   std::size_t lo = 0, hi = n_tok;  // the smallest t with work(t) >= target
@@ -198,7 +207,7 @@ void attend(std::span<const float> q, const Cache& cache, const Heads& heads, st
       });
     }
   };
-  const int parts = detail::query_parts(n_tok, opt.threads);
+  const int parts = detail::query_parts(n_tok, heads.n_q, opt.threads);
   if (parts <= 1) {
     queries(0, n_tok, opt.threads);
     return;
