@@ -81,32 +81,59 @@ using ResidualObserver = std::function<void(std::size_t layer, std::span<const f
 
 namespace detail {
 
-/// `attend` for segments [first, last) of `segs` (threads as `SegmentAttention` says).
+/// `attend` for segments [first, last) of `segs` (segments only[first] … only[last − 1] when `only`
+/// is given), the threads shared out by work, counted in causal keys (`attention::causal_keys`): a
+/// segment with at least 1/threads of the keys whose queries `attend` splits (`attention::query_parts`:
+/// a long prefill chunk) runs alone on all the threads; the others go to the threads in contiguous runs
+/// of about equal keys, one thread per segment. (Split by count, a step's prefill chunk and the decodes
+/// beside it landed on one thread while the other idled.) Each segment's `attend` gives the same bits
+/// for any thread count, so the split never changes a result.
 template <class CacheOf>
 void attend_segments(std::size_t l, std::span<const barato::batch::Segment> segs, CacheOf& cache_of,
-                            std::span<const float> q, std::span<float> att, int threads, const barato::attention::Heads& heads,
-                            std::size_t first, std::size_t last, const std::size_t* only = nullptr) {
-  const std::size_t qd = heads.q_dim(), n = last - first;
+                     std::span<const float> q, std::span<float> att, int threads, const barato::attention::Heads& heads,
+                     std::size_t first, std::size_t last, const std::size_t* only = nullptr) {
+  const std::size_t qd = heads.q_dim();
+  auto seg = [&](std::size_t j) -> const barato::batch::Segment& { return segs[only != nullptr ? only[j] : j]; };
   auto one = [&](std::size_t j, int t) {
-    const std::size_t i = only != nullptr ? only[j] : j;
-    const barato::batch::Segment& s = segs[i];
-    barato::attention::attend(q.subspan(s.row0 * qd, s.rows * qd), cache_of(i, l), heads, att.subspan(s.row0 * qd, s.rows * qd),
-                              {.threads = t});
+    const barato::batch::Segment& s = seg(j);
+    barato::attention::attend(q.subspan(s.row0 * qd, s.rows * qd), cache_of(only != nullptr ? only[j] : j, l), heads,
+                              att.subspan(s.row0 * qd, s.rows * qd), {.threads = t});
   };
-  if (n == 1 || threads <= 1) {
+  if (last - first == 1 || threads <= 1) {
     for (std::size_t j = first; j < last; ++j) one(j, threads);
     return;
   }
-  barato::parallel_for(n, threads, [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t j = first + lo; j < first + hi; ++j) one(j, 1);
+  auto keys = [&](std::size_t j) { return barato::attention::causal_keys(seg(j).pos, seg(j).rows); };
+  const auto T = static_cast<std::size_t>(threads);
+  std::size_t total = 0;
+  for (std::size_t j = first; j < last; ++j) total += keys(j);
+  auto alone = [&](std::size_t j) {
+    return keys(j) * T >= total && barato::attention::query_parts(seg(j).rows, heads.n_q, threads) > 1;
+  };
+  std::size_t shared = 0;  // keys of the segments the threads share out
+  for (std::size_t j = first; j < last; ++j) {
+    if (alone(j)) one(j, threads);
+    else shared += keys(j);
+  }
+  if (shared == 0) return;
+  barato::parallel_for(T, threads, [&](std::size_t lo, std::size_t hi) {
+    // part p runs the shared segments whose middle key falls in [p, p + 1) · shared / T
+    std::size_t before = 0;
+    for (std::size_t j = first; j < last; ++j) {
+      if (alone(j)) continue;
+      const std::size_t w = keys(j);
+      const std::size_t p = std::min(T - 1, (2 * before + w) * T / (2 * shared));
+      before += w;
+      if (p >= lo && p < hi) one(j, 1);
+    }
   });
 }
 
-
 /// How a layer's attention runs over the segments once their K/V are appended: `attend` per segment
-/// over its own cache — over segments (one thread each) when there are several and threads > 1,
-/// else within the one segment (`attention::attend`: over its queries, or over KV heads for a few queries);
-/// the same results either way. `BatchedLlama`'s cascade option replaces it
+/// over its own cache — the threads shared out by work (`attend_segments`: a long prefill chunk on all
+/// of them, over its queries; the other segments one thread each), or within the one segment
+/// (`attention::attend`: over its queries, or over KV heads for a few queries); the same results
+/// either way. `BatchedLlama`'s cascade option replaces it
 /// (models/llama_batch.hpp) with shared-prefix attention for decodes that share pages.
 struct SegmentAttention {
   template <class CacheOf>

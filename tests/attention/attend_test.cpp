@@ -127,8 +127,8 @@ TEST_CASE("causal_split: the parts cover the queries in order, each within one q
 }
 
 TEST_CASE("query_parts: queries split only with enough per thread, and never when the states need the heap") {
-  using attention::detail::query_parts;
-  const std::size_t q8 = attention::detail::kMinQueriesPerThread;
+  using attention::query_parts;
+  const std::size_t q8 = attention::kMinQueriesPerThread;
   CHECK(query_parts(2 * q8, 8, 2) == 2);
   CHECK(query_parts(2 * q8 - 1, 8, 2) == 1);
   CHECK(query_parts(3 * q8, 8, 3) == 3);

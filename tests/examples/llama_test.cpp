@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <filesystem>
 #include <memory>
@@ -186,6 +187,69 @@ TEST_CASE("llama: random weights are deterministic whatever the thread count") {
   CHECK(std::equal(wa.begin(), wa.end(), wb.begin()));
   CHECK_FALSE(std::equal(wa.begin(), wa.end(), wd.begin()));
   CHECK(*std::max_element(wa.begin(), wa.end()) <= std::sqrt(3.0f / 72.0f));
+}
+
+TEST_CASE("llama: a step's attention gives every segment the bits of its attend alone, for any threads and mix") {
+  // detail::attend_segments shares the threads out by causal keys (a long chunk alone on all threads,
+  // the rest one thread per segment in runs of equal keys): mixes where a chunk takes most of the work,
+  // where none does, only decodes, and a subset through `only` (as the cascade path calls it).
+  namespace att = barato::attention;
+  const att::Heads heads{.n_q = 8, .n_kv = 4, .head_dim = 8};
+  const std::size_t qd = heads.q_dim();
+  struct Seg { std::size_t pos, rows; };
+  const std::vector<std::vector<Seg>> mixes{
+      {{200, 1}, {213, 1}, {90, 1}, {0, 64}, {301, 1}},              // the chunk is most of the keys
+      {{200, 1}, {0, 32}, {213, 1}, {90, 1}, {301, 1}, {40, 20}},    // two chunks, neither alone
+      {{500, 1}, {0, 7}, {17, 1}, {3, 1}, {250, 1}, {260, 1}, {1, 1}},  // decodes and a short chunk
+      {{0, 150}, {150, 40}},                                          // two chunks, both alone-sized
+      {{10, 1}, {20, 1}, {30, 1}, {40, 1}, {50, 1}, {60, 1}, {70, 1}, {80, 1}, {90, 1}}};
+  for (std::size_t m = 0; m < mixes.size(); ++m) {
+    CAPTURE(m);
+    std::vector<barato::batch::Segment> segs;
+    std::vector<Cache> caches;
+    std::size_t rows = 0;
+    std::uint64_t state = 99 + m;
+    auto rnd = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<float>(static_cast<double>(state >> 40) / 16777216.0 - 0.5);
+    };
+    for (const Seg& g : mixes[m]) {
+      segs.push_back({.chunk = segs.size(), .row0 = rows, .rows = g.rows, .pos = g.pos});
+      rows += g.rows;
+      caches.emplace_back(heads.n_kv, heads.head_dim, g.pos + g.rows);
+      std::vector<float> k((g.pos + g.rows) * heads.kv_dim()), v(k.size());
+      for (auto& x : k) x = rnd();
+      for (auto& x : v) x = rnd();
+      caches.back().append(k, v);
+    }
+    std::vector<float> q(rows * qd);
+    for (auto& x : q) x = rnd();
+    auto cache_of = [&](std::size_t i, std::size_t) -> const Cache& { return caches[i]; };
+    std::vector<float> ref(rows * qd, 0.0f);  // each segment alone, one thread
+    for (const auto& s : segs)
+      att::attend(std::span<const float>(q).subspan(s.row0 * qd, s.rows * qd), caches[s.chunk], heads,
+                  std::span<float>(ref).subspan(s.row0 * qd, s.rows * qd));
+    const std::vector<std::size_t> only{4, 0, 2};  // a subset, out of order
+    for (const int threads : {1, 2, 3, 4}) {
+      CAPTURE(threads);
+      std::vector<float> out(rows * qd, -1.0f);
+      barato_examples::detail::attend_segments(0, segs, cache_of, q, out, threads, heads, 0, segs.size());
+      CHECK(std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)) == 0);
+      if (segs.size() > 4) {
+        std::fill(out.begin(), out.end(), -1.0f);
+        barato_examples::detail::attend_segments(0, segs, cache_of, q, out, threads, heads, 0, only.size(), only.data());
+        for (std::size_t i = 0; i < segs.size(); ++i) {
+          const auto& s = segs[i];
+          const bool attended = std::find(only.begin(), only.end(), i) != only.end();
+          for (std::size_t e = s.row0 * qd; e < (s.row0 + s.rows) * qd; ++e)
+            if (out[e] != (attended ? ref[e] : -1.0f)) {
+              FAIL_CHECK("segment ", i, " (attended: ", attended, ") differs at float ", e);
+              break;
+            }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("llama: on a paged pool the logits equal the contiguous model's bit for bit, every page size") {

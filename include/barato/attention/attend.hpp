@@ -51,6 +51,24 @@ inline constexpr std::size_t kAttendStackStats = 4096;
   return n * p0 + n * (n + 1) / 2;
 }
 
+/// Queries per thread from which a multi-threaded `attend` splits the queries rather than the KV heads.
+inline constexpr std::size_t kMinQueriesPerThread = 8;
+
+/// Parts a multi-threaded `attend` of n_tok queries and n_q query heads splits the queries into (a
+/// scheduler of several attends, one per sequence of a batch, asks it too): `threads` when every part
+/// gets kMinQueriesPerThread queries, else 1 (the threads then split the KV heads). Also 1 for more
+/// than kAttendStackStats query heads: a part's (m, l) states would then come from the heap, inside
+/// the parallel region, where an allocation failure could not propagate. Over heads, the threads'
+/// output columns interleave in every row of `out` ([n, H_q, d]), and each fold of a key tile
+/// rewrites a query's columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte line per KV head)
+/// the cores fight over the rows' cache lines, and two threads ran a 128-token prefill's attention in
+/// about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread owns whole rows.
+[[nodiscard]] inline int query_parts(std::size_t n_tok, std::size_t n_q, int threads) noexcept {
+  const bool split = threads > 1 && n_q <= kAttendStackStats &&
+                     n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads);
+  return split ? threads : 1;
+}
+
 namespace detail {
 inline void check_attend(std::size_t q_size, std::size_t out_size, std::size_t n_tok, std::size_t stats_size,
                          const Heads& heads, std::size_t cache_heads, std::size_t cache_dim) {
@@ -134,23 +152,6 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
   });
 }
 
-/// Queries per thread from which a multi-threaded `attend` splits the queries rather than the KV heads.
-inline constexpr std::size_t kMinQueriesPerThread = 8;
-
-/// Parts of a multi-threaded `attend` over queries: `threads` when every part gets kMinQueriesPerThread
-/// queries, else 1 (the threads then split the KV heads). Also 1 for more than kAttendStackStats query
-/// heads: a part's (m, l) states would then come from the heap, inside the parallel region, where an
-/// allocation failure could not propagate. Over heads, the threads' output columns
-/// interleave in every row of `out` ([n, H_q, d]), and each fold of a key tile rewrites a query's
-/// columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte line per KV head)
-/// the cores fight over the rows' cache lines, and two threads ran a 128-token prefill's attention in
-/// about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread owns whole rows.
-[[nodiscard]] inline int query_parts(std::size_t n_tok, std::size_t n_q, int threads) noexcept {
-  const bool split = threads > 1 && n_q <= kAttendStackStats &&
-                     n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads);
-  return split ? threads : 1;
-}
-
 /// First query of part i of `parts` (i = parts gives n_tok) for queries at p0 … p0 + n_tok − 1: the
 /// parts split the causal work `causal_keys(p0, n_tok)` as evenly as whole queries allow, so the later
 /// queries, which see more keys, come in shorter parts. (A windowed cache's queries see at most its
@@ -207,7 +208,7 @@ void attend(std::span<const float> q, const Cache& cache, const Heads& heads, st
       });
     }
   };
-  const int parts = detail::query_parts(n_tok, heads.n_q, opt.threads);
+  const int parts = query_parts(n_tok, heads.n_q, opt.threads);
   if (parts <= 1) {
     queries(0, n_tok, opt.threads);
     return;
