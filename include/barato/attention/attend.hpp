@@ -60,9 +60,10 @@ inline constexpr std::size_t kMinQueriesPerThread = 8;
 /// than kAttendStackStats query heads: a part's (m, l) states would then come from the heap, inside
 /// the parallel region, where an allocation failure could not propagate. Over heads, the threads'
 /// output columns interleave in every row of `out` ([n, H_q, d]), and each fold of a key tile
-/// rewrites a query's columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte line per KV head)
-/// the cores fight over the rows' cache lines, and two threads ran a 128-token prefill's attention in
-/// about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread owns whole rows.
+/// rewrites a query's columns: with small heads (stories260K: two query heads of 8 floats, one 64-byte
+/// line per KV head) the cores fight over the rows' cache lines, and two threads ran a 128-token
+/// prefill's attention in about the time of one (Zen 5 host, 2026-12-06). Over queries, each thread
+/// owns whole rows.
 [[nodiscard]] inline int query_parts(std::size_t n_tok, std::size_t n_q, int threads) noexcept {
   const bool split = threads > 1 && n_q <= kAttendStackStats &&
                      n_tok >= kMinQueriesPerThread * static_cast<std::size_t>(threads);
