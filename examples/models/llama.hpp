@@ -159,6 +159,13 @@ class LlamaStack {
   /// 8 × 8-float heads at 64 queries 0.79×, 32 queries 1.09×; 14 × 64 at 32 queries 0.76×, 16 queries
   /// 1.00×; a 14 × 64 decode over 512 positions 0.88×, over 64 1.6×).
   static constexpr std::size_t kMinAttentionWork = std::size_t{1} << 18;
+  /// The same when the threads sleep between loops (`barato::passive_waits()`, OMP_WAIT_POLICY=passive):
+  /// each fork wakes them (20–60 µs), and stories260K's 128-token prefill, whose only splits are its
+  /// five layers' attention, ran on two threads in 1.06–1.12 of one thread's time with kMinAttentionWork,
+  /// 0.99–1.01 with 8× it (alternating runs, Zen 5 host 2026-12-06). The products keep their minimums:
+  /// the 0.5B shape's splits still repay a passive fork (prefill 0.54–0.84, decode 0.59–0.82 of one
+  /// thread's time), and 8× theirs kept its 896 × 896 decode products on one thread.
+  static constexpr std::size_t kMinAttentionWorkPassive = kMinAttentionWork * 8;
 
   LlamaStack(const LlamaWeights<Linear>& w, std::size_t max_rows, std::size_t max_positions, std::pmr::memory_resource* mr)
       : w_(&w), cfg_(w.config), rows_(std::max<std::size_t>(max_rows, 1)),
@@ -250,7 +257,8 @@ class LlamaStack {
     // second thread costs about as much), so two threads are never slower than one
     std::size_t work = 0;  // multiply-adds of the step's attention (q·k and p·v over the visible keys)
     for (const auto& s : segs) work += 2 * qd * barato::attention::causal_keys(s.pos, s.rows);
-    const int useful = barato::threads_for(work, kMinAttentionWork, threads);
+    const int useful =
+        barato::threads_for(work, barato::passive_waits() ? kMinAttentionWorkPassive : kMinAttentionWork, threads);
     attention(l, segs, cache_of, a.q, a.att, useful, cfg_.heads());
     project(w.wo, a.att, a.o, threads);
     nn::add_inplace(a.x, a.o);

@@ -90,6 +90,20 @@ TEST_CASE("resolve_threads: a positive request is kept, 0 means all available (a
   CHECK(resolve_threads(0) >= 1);
 }
 
+TEST_CASE("is_passive_wait_policy: 'passive' in any case with blanks around it; anything else, or unset, is not") {
+  CHECK(barato::is_passive_wait_policy("passive"));
+  CHECK(barato::is_passive_wait_policy("PASSIVE"));
+  CHECK(barato::is_passive_wait_policy("Passive"));
+  CHECK(barato::is_passive_wait_policy("  passive\t"));
+  CHECK_FALSE(barato::is_passive_wait_policy(nullptr));
+  CHECK_FALSE(barato::is_passive_wait_policy(""));
+  CHECK_FALSE(barato::is_passive_wait_policy("active"));
+  CHECK_FALSE(barato::is_passive_wait_policy("passiv"));
+  CHECK_FALSE(barato::is_passive_wait_policy("passive1"));
+  CHECK_FALSE(barato::is_passive_wait_policy("pass ive"));
+  static_assert(barato::is_passive_wait_policy("passive"));
+}
+
 TEST_CASE("threads_for: one thread per whole minimum of work, rounded down, between 1 and the ceiling") {
   static_assert(barato::threads_for(0, 100, 4) == 1);      // no work: still one thread
   CHECK(barato::threads_for(199, 100, 4) == 1);            // just under two minimums: one, not a sliver for a second
