@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -55,4 +56,27 @@ TEST_CASE("from_float rounds to nearest even; to_float is exact; the bit layouts
   for (const float x : {0.0f, -0.5f, 0.375f, 0x1p100f, -0x1p-100f}) CHECK(to_float(from_float<bf16>(x)) == x);
   CHECK(std::isnan(to_float(from_float<f16>(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(to_float(from_float<float>(0.1f)) == 0.1f);
+}
+
+TEST_CASE("to_float(f16) decodes every binary16 bit pattern exactly (the F16C path where the build has it)") {
+  // An independent decoding from the bit fields: (-1)^s · 2^(e - 15) · (1 + m / 1024), subnormals
+  // 2^-14 · m / 1024, e = 31 infinities and NaNs. Eigen's own conversion must agree too.
+  int mismatches = 0;
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const auto h = std::bit_cast<f16>(static_cast<std::uint16_t>(u));
+    const bool neg = (u >> 15) != 0;
+    const int e = static_cast<int>((u >> 10) & 0x1F);
+    const int m = static_cast<int>(u & 0x3FF);
+    const float got = to_float(h);
+    if (e == 31 && m != 0) {
+      mismatches += !std::isnan(got) + !std::isnan(static_cast<float>(h));
+      continue;
+    }
+    float want = e == 31 ? std::numeric_limits<float>::infinity()
+                         : (e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1024.0f + m, e - 25));
+    if (neg) want = -want;
+    mismatches += std::bit_cast<std::uint32_t>(got) != std::bit_cast<std::uint32_t>(want);
+    mismatches += std::bit_cast<std::uint32_t>(static_cast<float>(h)) != std::bit_cast<std::uint32_t>(want);
+  }
+  CHECK(mismatches == 0);
 }

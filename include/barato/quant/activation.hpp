@@ -232,7 +232,7 @@ inline void w8a8_rows(const View& w, std::size_t r0, std::size_t r1, const Int8A
     if (k == 2) call.template operator()<2>();
     else call.template operator()<1>();
     for (std::size_t i = 0; i < k; ++i) {
-      const float s = static_cast<float>(w.row_scales(r + i)[0]);
+      const float s = to_float(w.row_scales(r + i)[0]);
       for (std::size_t j = 0; j < m; ++j) y[(j0 + j) * w.rows + r + i] = s * a[j].sx * static_cast<float>(d[i * m + j]);
     }
     r += k;
@@ -261,7 +261,7 @@ void w8a8_amx(const View& w, const Int8Activation* a, std::size_t n, float* y, i
           const std::size_t m = amx_group_vectors(n, g);
           for (std::size_t i = 0; i < kAmxRows; ++i) {
             const auto* q = reinterpret_cast<const std::int8_t*>(w.row(r + i));
-            const float s = static_cast<float>(w.row_scales(r + i)[0]);
+            const float s = to_float(w.row_scales(r + i)[0]);
             for (std::size_t v = 0; v < m; ++v) {
               const Int8Activation& x = a[g * kAmxVectors + v];
               std::int32_t d = sums[i / 16][i % 16][v];

@@ -82,7 +82,7 @@ struct RowKernel<Arch, F> {
         const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
         for (std::size_t j = 0; j < N; ++j) a[j][3] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, act[j].x + c), a[j][3]);
       }
-      const __m512 s = _mm512_set1_ps(static_cast<float>(sc[G::kGroup != 0 ? g : 0]));
+      const __m512 s = _mm512_set1_ps(to_float(sc[G::kGroup != 0 ? g : 0]));
       for (std::size_t j = 0; j < N; ++j) {
         const __m512 sum = _mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), _mm512_add_ps(a[j][2], a[j][3]));
         if (g & 1) t1[j] = _mm512_fmadd_ps(sum, s, t1[j]);
@@ -130,14 +130,14 @@ struct RowKernel<Arch, F> {
     __m512 acc[N][4];
     for (std::size_t j = 0; j < N; ++j)
       for (int i = 0; i < 4; ++i) acc[j][i] = _mm512_setzero_ps();
-    __m512 lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[0])));
+    __m512 lut = _mm512_mul_ps(base, _mm512_set1_ps(to_float(sc[0])));
     for (std::size_t c0 = 0; c0 < full; c0 += P::kChunk) {
       detail::prefetch_codes(v, row + c0 / 2);
       __m512i words = _mm512_loadu_si512(row + c0 / 2);  // 16 words × 8 codes
       for (std::size_t k = 0; k < 8; ++k) {
         const std::size_t c = c0 + 16 * k;
         if constexpr (kG != 0) {
-          if (c % kG == 0) lut = _mm512_mul_ps(base, _mm512_set1_ps(static_cast<float>(sc[c / kG])));
+          if (c % kG == 0) lut = _mm512_mul_ps(base, _mm512_set1_ps(to_float(sc[c / kG])));
         }
         const __m512 wv = _mm512_permutexvar_ps(words, lut);  // uses the low 4 bits of each word
         for (std::size_t j = 0; j < N; ++j) acc[j][k & 3] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(act[j].x + c), acc[j][k & 3]);

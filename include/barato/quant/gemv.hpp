@@ -260,7 +260,7 @@ void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std
             step[v] = v < m ? static_cast<double>(acts[g * kAmxVectors + v].sx[0]) : 0.0;
           for (std::size_t i = 0; i < kAmxRows; ++i)
             amx_finish_row(sums[2 * (i / 16)][i % 16], sums[2 * (i / 16) + 1][i % 16], step,
-                           static_cast<float>(w.row_scales(r + i)[0]), out[i]);
+                           to_float(w.row_scales(r + i)[0]), out[i]);
           for (std::size_t v = 0; v < m; ++v) {
             const auto& a = acts[g * kAmxVectors + v];
             float* yv = y + (g * kAmxVectors + v) * w.rows + r;

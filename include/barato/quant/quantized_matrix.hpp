@@ -56,8 +56,8 @@ struct QuantizedView {
   /// The float scale that applies to weight (r, c).
   [[nodiscard]] float scale(std::size_t r, std::size_t c) const noexcept {
     using G = typename F::granularity;
-    if constexpr (G::kGroup != 0) return static_cast<float>(row_scales(r)[c / G::kGroup]);
-    else return static_cast<float>(row_scales(r)[0]);
+    if constexpr (G::kGroup != 0) return to_float(row_scales(r)[c / G::kGroup]);
+    else return to_float(row_scales(r)[0]);
   }
   /// Dequantized weight (r, c) = level(code) · scale.
   [[nodiscard]] float at(std::size_t r, std::size_t c) const noexcept { return F::level(code(r, c)) * scale(r, c); }

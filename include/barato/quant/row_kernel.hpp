@@ -78,7 +78,7 @@ struct PortableRowKernel {
         for (std::size_t c = a; c < b; ++c) lev[c - a] = F::level(P::get(row, c, n));
         for (std::size_t j = 0; j < N; ++j) part[j] += chunk_dot(act[j].x + a, lev, b - a);
       }
-      const float s = static_cast<float>(sc[G::kGroup != 0 ? g : 0]);
+      const float s = to_float(sc[G::kGroup != 0 ? g : 0]);
       // one rounding or two, the same for every N (not the compiler's choice per code path:
       // simd::fma in simd/arch.hpp says why)
       for (std::size_t j = 0; j < N; ++j) {

@@ -342,7 +342,7 @@ struct RowKernel<Arch, F> {
                                                       const Activation& a) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
     const double step = a.blocks > 0 ? static_cast<double>(a.sx[0]) : 0.0;
-    const float s = static_cast<float>(v.row_scales(r)[0]);
+    const float s = to_float(v.row_scales(r)[0]);
     float total = static_cast<float>(static_cast<double>(qx) * step * static_cast<double>(s));
     if (a.blocks * B < v.cols) total = add_tail(total, v, r, v.row(r), a.blocks * B, v.cols, a.x);
     return total;
@@ -610,7 +610,7 @@ struct RowKernel<Arch, F> {
 
   /// The weight scale of block b of row r (grouped formats), as fp32.
   [[gnu::always_inline]] static float block_scale(const QuantizedView<F>& v, std::size_t r, std::size_t b) noexcept {
-    return static_cast<float>(v.row_scales(r)[b / (kGroup / VnniActivation::kBlock)]);
+    return to_float(v.row_scales(r)[b / (kGroup / VnniActivation::kBlock)]);
   }
 
   /// Two levels of the transposing tree: 4 vectors of 16 int32 lanes → one vector whose lane 4g + i
@@ -655,7 +655,7 @@ struct RowKernel<Arch, F> {
         const __m512i u = _mm512_xor_si512(_mm512_loadu_si512(row + c0), flip);
         __m512 sw;  // the weight scales of lane i (columns c0 + 4i … c0 + 4i + 3)
         if constexpr (kGroup == 64) {
-          sw = _mm512_set1_ps(static_cast<float>(sc[c0 / 64]));
+          sw = _mm512_set1_ps(to_float(sc[c0 / 64]));
         } else if constexpr (kGroup == 16) {
           // the half's 4 scales (fp16: converted by one vcvtph2ps), scale g to lanes 4g … 4g + 3
           __m512 s4;
@@ -676,8 +676,8 @@ struct RowKernel<Arch, F> {
           sw = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                      _mm512_cvtph_ps(_mm256_castsi128_si256(h2)));
         } else {
-          sw = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(static_cast<float>(sc[c0 / 32])),
-                                    _mm512_set1_ps(static_cast<float>(sc[c0 / 32 + 1])));
+          sw = _mm512_mask_blend_ps(static_cast<__mmask16>(0xFF00), _mm512_set1_ps(to_float(sc[c0 / 32])),
+                                    _mm512_set1_ps(to_float(sc[c0 / 32 + 1])));
         }
         for (std::size_t j = 0; j < N; ++j) {
           const __m512i c_lo = _mm512_load_si512(a[j].corr_lo + b * 16);
@@ -685,7 +685,7 @@ struct RowKernel<Arch, F> {
           const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].hi + c0));
           const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(a[j].lo + c0));
           const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-          const __m512 sv = kGroup == 64 ? _mm512_set1_ps(static_cast<float>(sc[c0 / 64]) * a[j].sx[b])
+          const __m512 sv = kGroup == 64 ? _mm512_set1_ps(to_float(sc[c0 / 64]) * a[j].sx[b])
                                          : _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]));
           if (half == 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1[j]);
           else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0[j]);

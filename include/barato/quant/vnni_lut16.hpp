@@ -148,8 +148,8 @@ struct RowKernel<Arch, F> {
         std::memcpy(&pair, sc + 2 * b, sizeof pair);
         s01 = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(pair)));
       } else {
-        s0 = static_cast<float>(sc[(b * B) / kGroup]);
-        s1 = static_cast<float>(sc[(b * B + 64) / kGroup]);
+        s0 = to_float(sc[(b * B) / kGroup]);
+        s1 = to_float(sc[(b * B + 64) / kGroup]);
       }
       for (std::size_t j = 0; j < N; ++j) {
         const std::int16_t* xb = a[j].x16 + b * B;

@@ -57,7 +57,7 @@ inline void to_float(const T* src, float* dst, std::size_t n) noexcept {
   if constexpr (!std::is_same_v<T, float>) {
     for (; i + W <= n; i += W) load_as_float<Arch>(src + i).store_unaligned(dst + i);
   }
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  for (; i < n; ++i) dst[i] = barato::to_float(src[i]);
 }
 
 /// dst[i] = T(src[i]) (round to nearest even) for i < n: a copy for fp32, the portable conversion

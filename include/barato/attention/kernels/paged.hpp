@@ -83,10 +83,10 @@ struct PagedRows {
     return simd::load_as_float<Arch>(blk.v + blk.offset(r) + c);
   }
   [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept {
-    return static_cast<float>(blk.k[blk.offset(r) + c]);
+    return barato::to_float(blk.k[blk.offset(r) + c]);
   }
   [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept {
-    return static_cast<float>(blk.v[blk.offset(r) + c]);
+    return barato::to_float(blk.v[blk.offset(r) + c]);
   }
 
   template <std::size_t W, std::size_t R>

@@ -72,8 +72,8 @@ struct ContiguousRows {
   [[nodiscard]] simd::Batch<float, Arch> load_v(std::size_t r, std::size_t c) const noexcept {
     return simd::load_as_float<Arch>(v + r * stride + c);
   }
-  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(k[r * stride + c]); }
-  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return static_cast<float>(v[r * stride + c]); }
+  [[nodiscard]] float k_at(std::size_t r, std::size_t c) const noexcept { return barato::to_float(k[r * stride + c]); }
+  [[nodiscard]] float v_at(std::size_t r, std::size_t c) const noexcept { return barato::to_float(v[r * stride + c]); }
 
   template <std::size_t R>
   struct Cursor {

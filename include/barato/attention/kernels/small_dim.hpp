@@ -139,8 +139,8 @@ void accumulate_small_dim_avx512(const QueryGroup& qg, const kv::DenseBlock<T>& 
     if (nfull < nr) {
       const std::size_t nt = nr - nfull;
       for (std::size_t i = 0; i < W * D; ++i) {
-        kt[i] = i < nt * D ? static_cast<float>(k0[nfull * D + i]) : 0.0f;
-        vt[i] = i < nt * D ? static_cast<float>(v0[nfull * D + i]) : 0.0f;
+        kt[i] = i < nt * D ? barato::to_float(k0[nfull * D + i]) : 0.0f;
+        vt[i] = i < nt * D ? barato::to_float(v0[nfull * D + i]) : 0.0f;
       }
     }
     for (std::size_t h = 0; h < g; ++h) {
