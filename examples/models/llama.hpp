@@ -93,10 +93,11 @@ void attend_segments(std::size_t l, std::span<const barato::batch::Segment> segs
                      std::span<const float> q, std::span<float> att, int threads, const barato::attention::Heads& heads,
                      std::size_t first, std::size_t last, const std::size_t* only = nullptr) {
   const std::size_t qd = heads.q_dim();
-  auto seg = [&](std::size_t j) -> const barato::batch::Segment& { return segs[only != nullptr ? only[j] : j]; };
+  auto index = [&](std::size_t j) { return only != nullptr ? only[j] : j; };  // the j-th segment attended
+  auto seg = [&](std::size_t j) -> const barato::batch::Segment& { return segs[index(j)]; };
   auto one = [&](std::size_t j, int t) {
     const barato::batch::Segment& s = seg(j);
-    barato::attention::attend(q.subspan(s.row0 * qd, s.rows * qd), cache_of(only != nullptr ? only[j] : j, l), heads,
+    barato::attention::attend(q.subspan(s.row0 * qd, s.rows * qd), cache_of(index(j), l), heads,
                               att.subspan(s.row0 * qd, s.rows * qd), {.threads = t});
   };
   if (last - first == 1 || threads <= 1) {

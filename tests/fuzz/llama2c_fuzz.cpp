@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "barato/kv/contiguous.hpp"
@@ -21,10 +22,23 @@
 
 namespace {
 
-const std::filesystem::path& temp_file() {
-  static const std::filesystem::path p =
+/// The process's temporary checkpoint, removed when the fuzzer exits (each run used to leave one
+/// behind in the temporary directory).
+struct TempFile {
+  std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("barato_fuzz_llama2c_" + std::to_string(::getpid()) + ".bin");
-  return p;
+  TempFile() = default;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+const std::filesystem::path& temp_file() {
+  static const TempFile f;
+  return f.path;
 }
 
 }  // namespace
