@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -38,6 +40,50 @@ TEST_CASE("tail8: masked int8 dot of columns [c0, n) equals the scalar loop and 
       const double want = scalar_sum(c0, n, [&](std::size_t c) { return double(wn[c]) * double(xn[c]); });
       const double mag = scalar_sum(c0, n, [&](std::size_t c) { return std::abs(double(wn[c]) * double(xn[c])); });
       REQUIRE(std::abs(quant::avx512::tail8(wn.data(), c0, n, xn.data()) - want) <= test::kFp32RelTol * (mag + test::kTiny));
+    }
+  }
+}
+
+TEST_CASE("reduce16 sums lanes 8, 4, 2, 1 apart; reduce16_rows gives each of 16 vectors its reduce16 bit for bit") {
+  // the tree, on values where the order shows: lanes 4 and 12 (8 apart) meet before either meets lane
+  // 0, so their 2^-23 survives; added to 1 one at a time, each 2^-24 would round away (ties to even)
+  alignas(64) float v[16] = {};
+  v[0] = 1.0f;
+  v[4] = v[12] = 0x1p-24f;
+  CHECK(quant::avx512::reduce16(_mm512_load_ps(v)) == 1.0f + 0x1p-23f);
+  std::vector<float> data = test::random_vector(16 * 16 * 50, 5, -1.f, 1.f);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] *= static_cast<float>(1 << (i * 7 % 20));  // mixed magnitudes
+  for (std::size_t t = 0; t < 50; ++t) {
+    __m512 rows[16];
+    for (std::size_t i = 0; i < 16; ++i) rows[i] = _mm512_loadu_ps(data.data() + (t * 16 + i) * 16);
+    alignas(64) float out[16];
+    _mm512_store_ps(out, quant::avx512::reduce16_rows(rows));
+    for (std::size_t i = 0; i < 16; ++i) {
+      CAPTURE(i);
+      const float one = quant::avx512::reduce16(rows[i]);
+      REQUIRE(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(one));
+      const double want = scalar_sum(0, 16, [&](std::size_t k) { return double(data[(t * 16 + i) * 16 + k]); });
+      const double mag = scalar_sum(0, 16, [&](std::size_t k) { return std::abs(double(data[(t * 16 + i) * 16 + k])); });
+      REQUIRE(std::abs(one - want) <= test::kFp32RelTol * (mag + test::kTiny));
+    }
+  }
+}
+
+TEST_CASE("tail8_rows16: lane i is tail8 of row i bit for bit, and reads nothing past the last row's n") {
+  const std::size_t cols = 200, stride = 211;
+  for (const std::size_t c0 : {0, 128}) {
+    for (std::size_t n = c0 + 1; n <= cols; n += (n < c0 + 40 ? 1 : 13)) {
+      CAPTURE(c0);
+      CAPTURE(n);
+      std::vector<std::int8_t> w(15 * stride + n);  // ends at the last row's column n
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int8_t>(static_cast<int>((i * 37 + i / 7) % 255) - 127);
+      const auto x = test::random_vector(n, 3 + n, -2.f, 2.f);
+      alignas(64) float out[16];
+      _mm512_store_ps(out, quant::avx512::tail8_rows16(w.data(), stride, c0, n, x.data()));
+      for (std::size_t i = 0; i < 16; ++i) {
+        const float one = quant::avx512::tail8(w.data() + i * stride, c0, n, x.data());
+        REQUIRE(std::bit_cast<std::uint32_t>(out[i]) == std::bit_cast<std::uint32_t>(one));
+      }
     }
   }
 }

@@ -14,6 +14,38 @@ namespace barato::quant {
 
 namespace avx512 {
 
+/// The sum of v's 16 lanes by a fixed tree: lanes 8 apart, then 4, 2 and 1 (written out, not
+/// `_mm512_reduce_add_ps`, whose order is the compiler's: GCC's tree is this one, clang 14 may sum in
+/// another order). `reduce16_rows` forms the same sums for 16 vectors at once, bit for bit.
+[[nodiscard]] inline float reduce16(__m512 v) noexcept {
+  const __m256 s1 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
+  const __m128 s3 = _mm_add_ps(s2, _mm_movehl_ps(s2, s2));         // lanes 0, 1: s2[0] + s2[2], s2[1] + s2[3]
+  return _mm_cvtss_f32(_mm_add_ss(s3, _mm_movehdup_ps(s3)));      // s3[0] + s3[1]
+}
+
+/// Lane i = `reduce16(v[i])` for 16 vectors, by a transposing tree: each step adds the same lane pairs
+/// as reduce16 (8 apart, then 4, 2, 1; addition commutes, so the bits are the same) for all 16 at once
+/// — 15 vector additions instead of 16 horizontal reductions.
+[[nodiscard]] inline __m512 reduce16_rows(const __m512 (&v)[16]) noexcept {
+  __m512 a[8], b[4], c[2];
+  // lanes k and k + 8: 256-bit halves of rows i and i + 8 → [row i (8) | row i + 8 (8)]
+  for (int i = 0; i < 8; ++i)
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xEE));
+  // lanes k and k + 4: 128-bit blocks 0 + 1 and 2 + 3 of a[i] and a[i + 4] → [i | i+8 | i+4 | i+12] (4 each)
+  for (int i = 0; i < 4; ++i)
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 4], 0x88), _mm512_shuffle_f32x4(a[i], a[i + 4], 0xDD));
+  // lanes k and k + 2 within each block: [p0 p1 q0 q1] + [p2 p3 q2 q3] (p from b[i], q from b[i + 2])
+  for (int i = 0; i < 2; ++i)
+    c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[i], b[i + 2], 0x44), _mm512_shuffle_ps(b[i], b[i + 2], 0xEE));
+  // lanes k and k + 1: [p0 q0 p'0 q'0] + [p1 q1 p'1 q'1] (p' from c[1])
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+  // t holds rows 0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15 (block m of b[i] is row i + 0, 8, 4, 12;
+  // lane j of a block comes from b[0], b[2], b[1], b[3]): put them in order
+  alignas(64) static constexpr std::int32_t kOrder[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+  return _mm512_permutexvar_ps(_mm512_load_si512(kOrder), t);
+}
+
 /// Σ_c level(code_c) · scale_at(c) · x[c] over the natural-order 4-bit tail [c0, n) of a row
 /// (c0 a multiple of 128, so byte c/2 holds columns c and c+1). 16 columns per step: 8 bytes
 /// unpacked to 16 nibbles in column order, looked up in `base` (the 16 levels) scaled by
@@ -31,7 +63,7 @@ template <class ScaleAt>
     const __m512 wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
     acc = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), x + c), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return reduce16(acc);
 }
 
 /// Σ_c w[c] · x[c] over int8 columns [c0, n), 16 per step with masked loads (unscaled).
@@ -43,7 +75,25 @@ template <class ScaleAt>
     const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
     acc = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + c), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return reduce16(acc);
+}
+
+/// Lane i = `tail8(w + i · stride, c0, n, x)` for 16 rows `stride` bytes apart: the same operations
+/// in the same order per row, each x chunk loaded once for all 16.
+[[nodiscard]] inline __m512 tail8_rows16(const std::int8_t* w, std::size_t stride, std::size_t c0, std::size_t n,
+                                         const float* x) noexcept {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (std::size_t c = c0; c < n; c += 16) {
+    const std::size_t left = n - c < 16 ? n - c : 16;
+    const auto m = static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+    for (int i = 0; i < 16; ++i) {
+      const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + i * stride + c)));
+      acc[i] = _mm512_fmadd_ps(wv, xv, acc[i]);
+    }
+  }
+  return reduce16_rows(acc);
 }
 
 }  // namespace avx512

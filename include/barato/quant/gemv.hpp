@@ -177,7 +177,11 @@ inline void dot_rows(const QuantizedView<F>& w, std::size_t r0, std::size_t r1, 
                      std::size_t m, float* y, std::size_t j0) noexcept {
   std::size_t r = r0;
   if (m == 1) {
-    for (; r < r1; ++r) K::template dot_n<1>(w, r, a, y + j0 * w.rows + r);
+    if constexpr (requires { K::dot_rows_1(w, r0, r1, *a, y); }) {
+      K::dot_rows_1(w, r0, r1, *a, y + j0 * w.rows);  // the same bits, rows taken together (quant/vnni.hpp)
+    } else {
+      for (; r < r1; ++r) K::template dot_n<1>(w, r, a, y + j0 * w.rows + r);
+    }
     return;
   }
   if constexpr (PairedRowKernel<K, F>) {
