@@ -177,12 +177,11 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 
-TEST_CASE_TEMPLATE("int8 per row / tensor: one vector's rows taken 16 at a time (dot_rows_1) give gemv_batch's bits", F,
-                   Int8PerTensor<>, Int8PerRow<>) {
+TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_1) give gemv_batch's bits", F,
+                   Int8PerTensor<>, Int8PerRow<>, Int8Group<128>, Int4PerRow<>, Int4Group<128>, AbsMax<4, PerGroup<256>, float>,
+                   Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
   check_batch_invariance<simd::DefaultArch, F>(50, 64, 30);   // all columns fp32 tail: three 16-row sets and 2 rows
   check_batch_invariance<simd::DefaultArch, F>(64, 172, 31);  // stories260K's w2: one block + a 44-column tail
-  check_batch_invariance<simd::DefaultArch, F>(1040, 100, 32, true);  // split between 2 threads
-  check_batch_invariance<simd::DefaultArch, F>(16, 256, 33);  // no tail: the row kernel as it is
 }
 
 TEST_CASE_TEMPLATE("grouped formats: gemv_batch rows equal gemv bitwise over many blocks (every block accumulator fed)", F,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -14,9 +15,9 @@ namespace barato::quant {
 
 namespace avx512 {
 
-/// The sum of v's 16 lanes by a fixed tree: lanes 8 apart, then 4, 2 and 1 (written out, not
-/// `_mm512_reduce_add_ps`, whose order is the compiler's: GCC's tree is this one, clang 14 may sum in
-/// another order). `reduce16_rows` forms the same sums for 16 vectors at once, bit for bit.
+/// The sum of v's 16 lanes by a fixed tree: lanes 8 apart, then 4, 2 and 1 (written out: the order of
+/// `_mm512_reduce_add_ps` is the compiler's — GCC 12's and clang 14's are this tree, but nothing
+/// promises it). `reduce16_rows` forms the same sums for 16 vectors at once, bit for bit.
 [[nodiscard]] inline float reduce16(__m512 v) noexcept {
   const __m256 s1 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));
@@ -46,13 +47,14 @@ namespace avx512 {
   return _mm512_permutexvar_ps(_mm512_load_si512(kOrder), t);
 }
 
-/// Σ_c level(code_c) · scale_at(c) · x[c] over the natural-order 4-bit tail [c0, n) of a row
-/// (c0 a multiple of 128, so byte c/2 holds columns c and c+1). 16 columns per step: 8 bytes
-/// unpacked to 16 nibbles in column order, looked up in `base` (the 16 levels) scaled by
-/// scale_at(c), which must be constant within each 16 columns.
+/// The 16 lane sums of `tail4` (before `reduce16`): Σ_c level(code_c) · scale_at(c) · x[c] over the
+/// natural-order 4-bit tail [c0, n) of a row (c0 a multiple of 128, so byte c/2 holds columns c and
+/// c+1), column c in lane c mod 16. 16 columns per step: 8 bytes unpacked to 16 nibbles in column
+/// order, looked up in `base` (the 16 levels) scaled by scale_at(c), which must be constant within
+/// each 16 columns.
 template <class ScaleAt>
-[[nodiscard]] inline float tail4(const std::uint8_t* row, std::size_t c0, std::size_t n, const float* x, __m512 base,
-                                 ScaleAt&& scale_at) noexcept {
+[[nodiscard]] inline __m512 tail4_lanes(const std::uint8_t* row, std::size_t c0, std::size_t n, const float* x,
+                                        __m512 base, ScaleAt&& scale_at) noexcept {
   const __m128i nib = _mm_set1_epi8(0x0F);
   __m512 acc = _mm512_setzero_ps();
   for (std::size_t c = c0; c < n; c += 16) {
@@ -63,7 +65,15 @@ template <class ScaleAt>
     const __m512 wv = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), lut);
     acc = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1u), x + c), acc);
   }
-  return reduce16(acc);
+  return acc;
+}
+
+/// Σ_c level(code_c) · scale_at(c) · x[c] over the natural-order 4-bit tail [c0, n) of a row:
+/// `reduce16` of `tail4_lanes`.
+template <class ScaleAt>
+[[nodiscard]] inline float tail4(const std::uint8_t* row, std::size_t c0, std::size_t n, const float* x, __m512 base,
+                                 ScaleAt&& scale_at) noexcept {
+  return reduce16(tail4_lanes(row, c0, n, x, base, std::forward<ScaleAt>(scale_at)));
 }
 
 /// Σ_c w[c] · x[c] over int8 columns [c0, n), 16 per step with masked loads (unscaled).

@@ -245,10 +245,15 @@ struct RowKernel<Arch, F> {
     if constexpr (F::kCodeBits == 8) {
       return std::fma(s, avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, x), total);
     } else {
-      alignas(64) float lev[16];
-      for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-      return total + avx512::tail4(row, c, e, x, _mm512_load_ps(lev), [&](std::size_t) { return s; });
+      return total + avx512::tail4(row, c, e, x, levels(), [&](std::size_t) { return s; });
     }
+  }
+
+  /// The 16 levels of a 4-bit format's codes, as one vector (the tail's lookup table before scaling).
+  [[gnu::always_inline]] static __m512 levels() noexcept {
+    alignas(64) float lev[16];
+    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+    return _mm512_load_ps(lev);
   }
 
   /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
@@ -351,34 +356,48 @@ struct RowKernel<Arch, F> {
     return total;
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1) — `dot_n<1>` row after row, bit for bit — for int8
-  /// codes with one scale per row or tensor. When the rows have fp32 tail columns (cols not a multiple
-  /// of 128), 16 rows at a time take their tails together (`avx512::tail8_rows16`: each x chunk loaded
-  /// once, one transposing reduction for the 16 sums, their scales applied by one fused multiply-add)
-  /// instead of one horizontal reduction and scalar scaling each: with 64 columns, all tail, those
-  /// per-row costs were most of the product (stories260K's 64 × 64 and 512 × 64 ran at 3–4 × fp32's
-  /// time).
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit (every format
+  /// but int8 in groups of 16 / 32 / 64). When the rows have fp32 tail columns (cols not a multiple of
+  /// 128), 16 rows at a time take their tails together: int8 codes through `avx512::tail8_rows16` (each
+  /// x chunk loaded once) and their scales by one fused multiply-add, 4-bit codes each into its lane
+  /// accumulator (`tail4_lanes`) — then one transposing reduction (`reduce16_rows`) instead of a
+  /// horizontal one and scalar scaling per row: with 64 columns, all tail, those per-row costs were most
+  /// of the product (stories260K's 64 × 64 and 512 × 64 ran at 3–5 × fp32's time).
   static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
                          float* y) noexcept
-    requires(kRowStep && F::kCodeBits == 8)
+    requires(!kSmallGroups)
   {
     constexpr std::size_t B = VnniActivation::kBlock;
     const std::size_t c0 = a.blocks * B;
     std::size_t r = r0;
     if (c0 < v.cols) {
       for (; r + 16 <= r1; r += 16) {
-        alignas(64) float head[16], scale[16];
+        alignas(64) float head[16];
         for (std::size_t i = 0; i < 16; ++i) {
-          dot_rows<1, 1, false>(v, r + i, &a, head + i);
-          scale[i] = v.scale(r + i, c0);
+          if constexpr (kRowStep) dot_rows<1, 1, false>(v, r + i, &a, head + i);
+          else if constexpr (kAmxBlocks) dot_rows_blocks<1, 1, false>(v, r + i, &a, head + i);
+          else dot_rows_lanes<1, 1, false>(v, r + i, &a, head + i);
         }
-        const __m512 tails =
-            avx512::tail8_rows16(reinterpret_cast<const std::int8_t*>(v.row(r)), v.row_bytes, c0, v.cols, a.x);
-        // std::fma(s, tail, total) of add_tail, 16 rows at once (one rounding each)
-        _mm512_storeu_ps(y + r, _mm512_fmadd_ps(_mm512_load_ps(scale), tails, _mm512_load_ps(head)));
+        __m512 out;
+        if constexpr (F::kCodeBits == 8) {
+          alignas(64) float scale[16];
+          for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c0);
+          const __m512 tails =
+              avx512::tail8_rows16(reinterpret_cast<const std::int8_t*>(v.row(r)), v.row_bytes, c0, v.cols, a.x);
+          out = _mm512_fmadd_ps(_mm512_load_ps(scale), tails, _mm512_load_ps(head));  // add_tail's fma, 16 at once
+        } else {
+          const __m512 base = levels();
+          __m512 lanes[16];
+          for (std::size_t i = 0; i < 16; ++i) {
+            const float s = v.scale(r + i, c0);
+            lanes[i] = avx512::tail4_lanes(v.row(r + i), c0, v.cols, a.x, base, [&](std::size_t) { return s; });
+          }
+          out = _mm512_add_ps(_mm512_load_ps(head), avx512::reduce16_rows(lanes));  // add_tail's total + tail
+        }
+        _mm512_storeu_ps(y + r, out);
       }
     }
-    for (; r < r1; ++r) dot_rows<1, 1>(v, r, &a, y + r);
+    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
   }
 
   /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (every format but int8 in groups
@@ -439,7 +458,8 @@ struct RowKernel<Arch, F> {
   /// O(R · N · cols).
   /// (Four accumulators, not one chain or 16: one chain costs a scalar multiply-add per block here,
   /// 16 cost the tiles a 16 KB state per vector group; 4 are cheap on both sides.)
-  template <std::size_t R, std::size_t N>
+  /// With kTail = false the fp32 tail columns are left out (`dot_rows_1`).
+  template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                      float* out) noexcept {
     constexpr std::size_t kSpan = 16;  // blocks per span: one lane (accumulator) each
@@ -503,7 +523,7 @@ struct RowKernel<Arch, F> {
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) {
         const float total = sum_accumulators4(acc[i][j]);
-        out[i * N + j] = tail < v.cols ? add_tail(total, v, r + i, v.row(r + i), tail, v.cols, a[j].x) : total;
+        out[i * N + j] = kTail && tail < v.cols ? add_tail(total, v, r + i, v.row(r + i), tail, v.cols, a[j].x) : total;
       }
   }
 
@@ -601,8 +621,9 @@ struct RowKernel<Arch, F> {
   /// formed 16 blocks at a time: one `vcvtph2ps` for 16 fp16 scales, one multiply per row and vector)
   /// into fp32 accumulators, even blocks into acc0 and odd ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
   /// planes once for the R rows; every (row, vector) gets the same operations in the same order for
-  /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j].
-  template <std::size_t R, std::size_t N>
+  /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j]; with kTail = false without the
+  /// fp32 tail columns (`dot_rows_1`).
+  template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows_lanes(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                     float* out) noexcept {
     using G = typename F::granularity;
@@ -635,8 +656,8 @@ struct RowKernel<Arch, F> {
     const std::size_t tail = blocks * B;  // the rest of the row (one scale)
     for (std::size_t i = 0; i < R; ++i)
       for (std::size_t j = 0; j < N; ++j) {
-        float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i][j], acc1[i][j]));
-        if (tail < v.cols) total = add_tail(total, v, r + i, rows[i], tail, v.cols, a[j].x);
+        float total = avx512::reduce16(_mm512_add_ps(acc0[i][j], acc1[i][j]));
+        if (kTail && tail < v.cols) total = add_tail(total, v, r + i, rows[i], tail, v.cols, a[j].x);
         out[i * N + j] = total;
       }
   }

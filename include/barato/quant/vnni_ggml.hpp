@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/format.hpp"
 #include "barato/quant/ggml_dot.hpp"
 #include "barato/quant/quantized_matrix.hpp"
@@ -270,6 +271,37 @@ struct RowKernel<Arch, F> {
   template <std::size_t N>
   [[gnu::always_inline]] static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                            float* out) noexcept {
+    __m512 acc[N];
+    full_chunks<N>(v, r, a, acc);
+    float total[N];
+    for (std::size_t j = 0; j < N; ++j) total[j] = avx512::reduce16(acc[j]);
+    add_tail_blocks<N>(v, r, a, total);
+    for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
+  }
+
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit, with the lane
+  /// sums of 16 rows' accumulators taken together (`avx512::reduce16_rows`, the pairs of `reduce16`)
+  /// instead of one horizontal reduction per row.
+  static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
+                         float* y) noexcept {
+    std::size_t r = r0;
+    for (; r + 16 <= r1; r += 16) {
+      __m512 acc[16];
+      for (std::size_t i = 0; i < 16; ++i) full_chunks<1>(v, r + i, &a, acc + i);
+      alignas(64) float total[16];
+      _mm512_store_ps(total, avx512::reduce16_rows(acc));
+      if (a.chunks * kChunk < v.cols)
+        for (std::size_t i = 0; i < 16; ++i) add_tail_blocks<1>(v, r + i, &a, total + i);
+      for (std::size_t i = 0; i < 16; ++i) y[r + i] = total[i];
+    }
+    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
+  }
+
+  /// acc[j] = the fp32 lane accumulators of row r's full chunks against a[j] (their lanes' sum is the
+  /// row's product over those chunks).
+  template <std::size_t N>
+  [[gnu::always_inline]] static void full_chunks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                 __m512* acc) noexcept {
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t chunks = a[0].chunks;
@@ -287,22 +319,28 @@ struct RowKernel<Arch, F> {
       ++t;
     }
     if (k < chunks) short_group<N>(chunks - k, v, row, sc, k, t, a, acc1);
-    float total[N];
-    for (std::size_t j = 0; j < N; ++j) total[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-    // the blocks past the last full chunk, in block order: whole ones decoded once for the N vectors
-    std::size_t c = chunks * kChunk, b = c / kGgmlBlock;
+    for (std::size_t j = 0; j < N; ++j) acc[j] = _mm512_add_ps(acc0[j], acc1[j]);
+  }
+
+  /// total[j] += row r's blocks past the last full chunk against a[j], in block order: whole ones
+  /// decoded once for the N vectors, a last partial one (cols not a multiple of 32) by the scalar code.
+  template <std::size_t N>
+  [[gnu::always_inline]] static void add_tail_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                     float* total) noexcept {
+    const std::uint8_t* row = v.row(r);
+    const auto* sc = v.row_scales(r);
+    std::size_t c = a[0].chunks * kChunk, b = c / kGgmlBlock;
     for (; c + kGgmlBlock <= v.cols; c += kGgmlBlock, ++b) {
       const __m512i w16 = tail_block_weights(row, c);
       const float s = to_float(sc[b]);
       for (std::size_t j = 0; j < N; ++j)
         total[j] += rounded(s * a[j].step[b] * static_cast<float>(tail_block_sum(w16, a[j].q + c)));
     }
-    if (c < v.cols) {  // a last partial block (cols not a multiple of 32)
+    if (c < v.cols) {
       const float s = to_float(sc[b]);
       for (std::size_t j = 0; j < N; ++j)
         total[j] += rounded(s * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(row, v.cols, c, v.cols, a[j].q)));
     }
-    for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
   }
 
   /// x, rounded to fp32 where it stands: the compiler may not fuse the product that made it into the

@@ -120,9 +120,44 @@ struct RowKernel<Arch, F> {
                kLevelScale;  // divided once here, not once per row
   }
 
-  /// out[j] = row r · a[j] for j < N (see the file comment). O(N · cols).
+  /// out[j] = row r · a[j] for j < N (see the file comment): the lane sums of the full 128-column
+  /// blocks (`block_lanes`), reduced, plus those of the fp32 tail columns, reduced. O(N · cols).
   template <std::size_t N>
   static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
+    __m512 acc[N];
+    block_lanes<N>(v, r, a, acc);
+    const std::size_t tail = a[0].blocks * VnniLut16Activation::kBlock;
+    for (std::size_t j = 0; j < N; ++j) {
+      float total = avx512::reduce16(acc[j]);
+      if (tail < v.cols) total += avx512::reduce16(tail_lanes(v, r, a[j]));
+      out[j] = total;
+    }
+  }
+
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit, with the lane
+  /// sums of 16 rows taken together (`avx512::reduce16_rows`, the pairs of `reduce16`) instead of one
+  /// horizontal reduction (two with tail columns) per row.
+  static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
+                         float* y) noexcept {
+    const bool tail = a.blocks * VnniLut16Activation::kBlock < v.cols;
+    std::size_t r = r0;
+    for (; r + 16 <= r1; r += 16) {
+      __m512 lanes[16];
+      for (std::size_t i = 0; i < 16; ++i) block_lanes<1>(v, r + i, &a, lanes + i);
+      __m512 total = avx512::reduce16_rows(lanes);
+      if (tail) {
+        for (std::size_t i = 0; i < 16; ++i) lanes[i] = tail_lanes(v, r + i, a);
+        total = _mm512_add_ps(total, avx512::reduce16_rows(lanes));
+      }
+      _mm512_storeu_ps(y + r, total);
+    }
+    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
+  }
+
+  /// acc[j] = the fp32 lane sums of row r's full 128-column blocks against a[j].
+  template <std::size_t N>
+  [[gnu::always_inline]] static void block_lanes(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                                 __m512* acc) noexcept {
     constexpr std::size_t B = VnniLut16Activation::kBlock;
     const __m512i t_lo = _mm512_load_si512(kTableLo.data()), t_hi = _mm512_load_si512(kTableHi.data());
     const __m512i nib = _mm512_set1_epi8(0x0F);
@@ -168,16 +203,15 @@ struct RowKernel<Arch, F> {
         else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sv, acc0[j]);
       }
     }
-    const std::size_t tail = blocks * B;
-    for (std::size_t j = 0; j < N; ++j) {
-      float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      if (tail < v.cols) {
-        alignas(64) float lev[16];
-        for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-        total += avx512::tail4(row, tail, v.cols, a[j].x, _mm512_load_ps(lev), [&](std::size_t c) { return v.scale(r, c); });
-      }
-      out[j] = total;
-    }
+    for (std::size_t j = 0; j < N; ++j) acc[j] = _mm512_add_ps(acc0[j], acc1[j]);
+  }
+
+  /// The lane sums of row r's fp32 tail columns (past the last full 128-column block) against a.
+  [[gnu::always_inline]] static __m512 tail_lanes(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
+    alignas(64) float lev[16];
+    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+    return avx512::tail4_lanes(v.row(r), a.blocks * VnniLut16Activation::kBlock, v.cols, a.x, _mm512_load_ps(lev),
+                               [&](std::size_t c) { return v.scale(r, c); });
   }
 
   /// Row r · a (`dot_n<1>`).
