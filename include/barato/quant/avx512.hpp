@@ -121,9 +121,7 @@ struct RowKernel<Arch, F> {
   static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* act, float* out) noexcept {
     using P = CodePacking<4>;
     constexpr std::size_t kG = F::granularity::kGroup;
-    alignas(64) float lev[16];
-    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-    const __m512 base = _mm512_load_ps(lev);
+    const __m512 base = avx512::levels<F>();
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t n = v.cols, full = n / P::kChunk * P::kChunk;

@@ -76,14 +76,26 @@ template <class ScaleAt>
   return reduce16(tail4_lanes(row, c0, n, x, base, std::forward<ScaleAt>(scale_at)));
 }
 
+/// The 16 levels of a 4-bit format's codes as one vector (the tails' lookup table before scaling).
+template <class F>
+[[nodiscard]] inline __m512 levels() noexcept {
+  alignas(64) float lev[16];
+  for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
+  return _mm512_load_ps(lev);
+}
+
+/// The int8 codes p[0 … 16) selected by m as 16 floats (the others 0).
+[[nodiscard]] inline __m512 widen8(__mmask16 m, const std::int8_t* p) noexcept {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
 /// Σ_c w[c] · x[c] over int8 columns [c0, n), 16 per step with masked loads (unscaled).
 [[nodiscard]] inline float tail8(const std::int8_t* w, std::size_t c0, std::size_t n, const float* x) noexcept {
   __m512 acc = _mm512_setzero_ps();
   for (std::size_t c = c0; c < n; c += 16) {
     const std::size_t left = n - c < 16 ? n - c : 16;
     const auto m = static_cast<__mmask16>((1u << left) - 1u);
-    const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + c)));
-    acc = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + c), acc);
+    acc = _mm512_fmadd_ps(widen8(m, w + c), _mm512_maskz_loadu_ps(m, x + c), acc);
   }
   return reduce16(acc);
 }
@@ -98,10 +110,7 @@ template <class ScaleAt>
     const std::size_t left = n - c < 16 ? n - c : 16;
     const auto m = static_cast<__mmask16>((1u << left) - 1u);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
-    for (int i = 0; i < 16; ++i) {
-      const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, w + i * stride + c)));
-      acc[i] = _mm512_fmadd_ps(wv, xv, acc[i]);
-    }
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(widen8(m, w + i * stride + c), xv, acc[i]);
   }
   return reduce16_rows(acc);
 }

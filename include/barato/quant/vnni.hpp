@@ -245,15 +245,8 @@ struct RowKernel<Arch, F> {
     if constexpr (F::kCodeBits == 8) {
       return std::fma(s, avx512::tail8(reinterpret_cast<const std::int8_t*>(row), c, e, x), total);
     } else {
-      return total + avx512::tail4(row, c, e, x, levels(), [&](std::size_t) { return s; });
+      return total + avx512::tail4(row, c, e, x, avx512::levels<F>(), [&](std::size_t) { return s; });
     }
-  }
-
-  /// The 16 levels of a 4-bit format's codes, as one vector (the tail's lookup table before scaling).
-  [[gnu::always_inline]] static __m512 levels() noexcept {
-    alignas(64) float lev[16];
-    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-    return _mm512_load_ps(lev);
   }
 
   /// The 16 int32 lanes of v widened to int64 and added in pairs: 8 int64 lanes with the same total.
@@ -386,7 +379,7 @@ struct RowKernel<Arch, F> {
               avx512::tail8_rows16(reinterpret_cast<const std::int8_t*>(v.row(r)), v.row_bytes, c0, v.cols, a.x);
           out = _mm512_fmadd_ps(_mm512_load_ps(scale), tails, _mm512_load_ps(head));  // add_tail's fma, 16 at once
         } else {
-          const __m512 base = levels();
+          const __m512 base = avx512::levels<F>();
           __m512 lanes[16];
           for (std::size_t i = 0; i < 16; ++i) {
             const float s = v.scale(r + i, c0);

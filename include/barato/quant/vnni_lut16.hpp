@@ -129,7 +129,7 @@ struct RowKernel<Arch, F> {
     const std::size_t tail = a[0].blocks * VnniLut16Activation::kBlock;
     for (std::size_t j = 0; j < N; ++j) {
       float total = avx512::reduce16(acc[j]);
-      if (tail < v.cols) total += avx512::reduce16(tail_lanes(v, r, a[j]));
+      if (tail < v.cols) total += avx512::reduce16(tail_lanes(v, r, a[j], avx512::levels<F>()));
       out[j] = total;
     }
   }
@@ -146,7 +146,8 @@ struct RowKernel<Arch, F> {
       for (std::size_t i = 0; i < 16; ++i) block_lanes<1>(v, r + i, &a, lanes + i);
       __m512 total = avx512::reduce16_rows(lanes);
       if (tail) {
-        for (std::size_t i = 0; i < 16; ++i) lanes[i] = tail_lanes(v, r + i, a);
+        const __m512 base = avx512::levels<F>();
+        for (std::size_t i = 0; i < 16; ++i) lanes[i] = tail_lanes(v, r + i, a, base);
         total = _mm512_add_ps(total, avx512::reduce16_rows(lanes));
       }
       _mm512_storeu_ps(y + r, total);
@@ -206,11 +207,11 @@ struct RowKernel<Arch, F> {
     for (std::size_t j = 0; j < N; ++j) acc[j] = _mm512_add_ps(acc0[j], acc1[j]);
   }
 
-  /// The lane sums of row r's fp32 tail columns (past the last full 128-column block) against a.
-  [[gnu::always_inline]] static __m512 tail_lanes(const QuantizedView<F>& v, std::size_t r, const Activation& a) noexcept {
-    alignas(64) float lev[16];
-    for (unsigned k = 0; k < 16; ++k) lev[k] = F::level(static_cast<std::uint8_t>(k));
-    return avx512::tail4_lanes(v.row(r), a.blocks * VnniLut16Activation::kBlock, v.cols, a.x, _mm512_load_ps(lev),
+  /// The lane sums of row r's fp32 tail columns (past the last full 128-column block) against a;
+  /// `base`: the format's levels (`avx512::levels<F>`).
+  [[gnu::always_inline]] static __m512 tail_lanes(const QuantizedView<F>& v, std::size_t r, const Activation& a,
+                                                  __m512 base) noexcept {
+    return avx512::tail4_lanes(v.row(r), a.blocks * VnniLut16Activation::kBlock, v.cols, a.x, base,
                                [&](std::size_t c) { return v.scale(r, c); });
   }
 
