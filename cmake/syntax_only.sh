@@ -1,0 +1,13 @@
+#!/bin/sh
+# Compiler launcher of the -fsyntax-only programs (BARATO_CHECK_ONLY_UNRUN, cmake/BaratoDev.cmake):
+# runs the compile command it is given, then leaves an empty file at the command's -o path, so the
+# build tool sees the step done and does not repeat it until a source or header changes.
+# usage: syntax_only.sh COMPILER ARG...
+"$@" || exit $?
+out=
+prev=
+for arg in "$@"; do
+  if [ "$prev" = "-o" ]; then out=$arg; fi
+  prev=$arg
+done
+if [ -n "$out" ]; then : > "$out"; fi
