@@ -138,7 +138,7 @@ namespace {
 
 /// Row t of gemv_batch over the first n vectors equals gemv of x_t bit for bit, for every n in
 /// 1 … kMaxN (full and partial groups of kVecTile, one and two vector blocks of kVecBlock) and for
-/// 1 and 2 threads; with `sampled`, for n in kSampledN only (each size class of the sweep once).
+/// 1 and 2 threads; with Sweep::sampled, for one n of each size class only (the loop names them).
 /// `split`: the two-thread products of the larger n are meant to take two threads (asserted).
 enum class Sweep { every_n, sampled };
 template <class Arch, class F>
