@@ -3,8 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -190,6 +192,32 @@ TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_
   // n = 1 against the batched kernels; every n of the sweep runs at 272 × 300 above (10 of these 11 formats)
   check_batch_invariance<simd::DefaultArch, F>(50, 64, 30, false, Sweep::sampled);   // all columns fp32 tail: three 16-row sets and 2 rows
   check_batch_invariance<simd::DefaultArch, F>(64, 172, 31, false, Sweep::sampled);  // stories260K's w2: one block + a 44-column tail
+}
+
+TEST_CASE_TEMPLATE("narrow rows of zero codes under negative scales: gemv and gemv_batch agree to the sign of zero", F,
+                   Int8PerRow<>, Int8PerTensor<>, Int4PerRow<>) {
+  // Codes and scales as a loader passes them (no quantizer: a scale may be negative). All codes 0 and
+  // every scale −0.5: with 64 columns (no full block) each row's part over the full blocks is 0 · s = −0,
+  // and 16-row gemv (dot_rows_1) must give the bits the batched path gives, −0 included.
+  using S = typename F::scale_type;
+  const std::size_t rows = 40, cols = 64;  // two 16-row sets and 8 rows alone
+  Buffer<std::uint8_t> codes(rows * packing_of<F>::row_bytes(cols));
+  std::fill(codes.begin(), codes.end(), std::uint8_t{0});
+  Buffer<S> scales(F::granularity::scale_count(rows, cols));
+  std::fill(scales.begin(), scales.end(), S(-0.5f));
+  const QuantizedMatrix<F> m(rows, cols, std::move(codes), std::move(scales));
+  const std::size_t n = 3;
+  const auto x = barato::test::random_vector(n * cols, 41, -2.0f, 2.0f);
+  std::vector<float> y(rows), yb(n * rows);
+  gemv_batch(m.view(), x, yb, n, 1);
+  for (std::size_t t = 0; t < n; ++t) {
+    gemv(m.view(), std::span<const float>(x.data() + t * cols, cols), y, 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+      CAPTURE(t);
+      CAPTURE(r);
+      REQUIRE(std::bit_cast<std::uint32_t>(y[r]) == std::bit_cast<std::uint32_t>(yb[t * rows + r]));
+    }
+  }
 }
 
 TEST_CASE_TEMPLATE("grouped formats: gemv_batch rows equal gemv bitwise over many blocks (every block accumulator fed)", F,

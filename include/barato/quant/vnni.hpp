@@ -365,11 +365,18 @@ struct RowKernel<Arch, F> {
     std::size_t r = r0;
     if (c0 < v.cols) {
       for (; r + 16 <= r1; r += 16) {
-        alignas(64) float head[16];
+        alignas(64) float head[16];  // the full blocks' part of each row
         for (std::size_t i = 0; i < 16; ++i) {
-          if constexpr (kRowStep) dot_rows<1, 1, false>(v, r + i, &a, head + i);
-          else if constexpr (kAmxBlocks) dot_rows_blocks<1, 1, false>(v, r + i, &a, head + i);
-          else dot_rows_lanes<1, 1, false>(v, r + i, &a, head + i);
+          if (a.blocks == 0) {  // none (cols < 128, all tail): what the calls below give then, without them
+            if constexpr (kRowStep) head[i] = 0.0f * to_float(v.row_scales(r + i)[0]);  // 0 · step 0 · s: s's sign
+            else head[i] = 0.0f;
+          } else if constexpr (kRowStep) {
+            dot_rows<1, 1, false>(v, r + i, &a, head + i);
+          } else if constexpr (kAmxBlocks) {
+            dot_rows_blocks<1, 1, false>(v, r + i, &a, head + i);
+          } else {
+            dot_rows_lanes<1, 1, false>(v, r + i, &a, head + i);
+          }
         }
         __m512 out;
         if constexpr (F::kCodeBits == 8) {
