@@ -126,10 +126,11 @@ struct RowKernel<Arch, F> {
   static void dot_n(const QuantizedView<F>& v, std::size_t r, const Activation* a, float* out) noexcept {
     __m512 acc[N];
     block_lanes<N>(v, r, a, acc);
-    const std::size_t tail = a[0].blocks * VnniLut16Activation::kBlock;
+    const bool tail = a[0].blocks * VnniLut16Activation::kBlock < v.cols;
+    const __m512 base = tail ? avx512::levels<F>() : _mm512_setzero_ps();  // built once for the N vectors
     for (std::size_t j = 0; j < N; ++j) {
       float total = avx512::reduce16(acc[j]);
-      if (tail < v.cols) total += avx512::reduce16(tail_lanes(v, r, a[j], avx512::levels<F>()));
+      if (tail) total += avx512::reduce16(tail_lanes(v, r, a[j], base));
       out[j] = total;
     }
   }
