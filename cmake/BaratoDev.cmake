@@ -15,6 +15,17 @@ endif()
 if(BARATO_NATIVE)
   target_compile_options(barato_dev INTERFACE -march=native)
 endif()
+# LLVM's linker where the toolchain can use it: CI links ~160 programs per build, and under the
+# sanitizers GNU ld takes 0.7 s per test against lld's 0.3 s. Output is the same program; a machine
+# without lld keeps its default linker.
+option(BARATO_USE_LLD "Link barato's own programs with lld when available" ON)
+if(BARATO_USE_LLD)
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX -fuse-ld=lld BARATO_HAVE_LLD)
+  if(BARATO_HAVE_LLD)
+    target_link_options(barato_dev INTERFACE -fuse-ld=lld)
+  endif()
+endif()
 if(BARATO_SANITIZE)
   target_compile_options(barato_dev INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(barato_dev INTERFACE -fsanitize=address,undefined)
