@@ -88,3 +88,15 @@ function(barato_add_shared_pch target)
   add_library(${target} OBJECT ${CMAKE_CURRENT_BINARY_DIR}/${target}_anchor.cpp)
   target_precompile_headers(${target} PRIVATE ${BARATO_PCH_COMMON_HEADERS} ${ARGN})
 endfunction()
+
+# barato_program_settings(<target> <pch target> [include dirs...]): the flags a group of programs
+# shares (barato_dev, the include directories, the data directory's default) and the group's shared
+# precompiled header (none for the precompiled header's own target).
+function(barato_program_settings target pch)
+  target_link_libraries(${target} PRIVATE barato_dev)
+  target_include_directories(${target} PRIVATE ${ARGN})
+  target_compile_definitions(${target} PRIVATE BARATO_DEFAULT_DATA_DIR="${PROJECT_SOURCE_DIR}/../shared/data")
+  if(BARATO_PCH AND NOT target STREQUAL pch)
+    target_precompile_headers(${target} REUSE_FROM ${pch})
+  endif()
+endfunction()
