@@ -91,12 +91,12 @@ endfunction()
 
 # barato_program_settings(<target> <pch target> [include dirs...]): the flags a group of programs
 # shares (barato_dev, the include directories, the data directory's default) and the group's shared
-# precompiled header (none for the precompiled header's own target).
+# precompiled header (none for the precompiled header's own target, nor when <pch target> is "").
 function(barato_program_settings target pch)
   target_link_libraries(${target} PRIVATE barato_dev)
   target_include_directories(${target} PRIVATE ${ARGN})
   target_compile_definitions(${target} PRIVATE BARATO_DEFAULT_DATA_DIR="${PROJECT_SOURCE_DIR}/../shared/data")
-  if(BARATO_PCH AND NOT target STREQUAL pch)
+  if(BARATO_PCH AND pch AND NOT target STREQUAL pch)
     target_precompile_headers(${target} REUSE_FROM ${pch})
   endif()
 endfunction()
