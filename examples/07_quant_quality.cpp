@@ -17,7 +17,7 @@
 //   Step 3  greedy generations side by side from one prompt, and where each leaves the fp32 text
 //
 // Every model is the same `Llama<kv::Contiguous<float>, nn::AnyLinear>`: the weight format is chosen
-// at run time by `quant::visit_scheme`, the decoder is compiled once.
+// at run time (`quantize_weights`, models/weight_formats.hpp), the decoder is compiled once.
 //
 // Run:  tutorial_quant_quality [--tokens N (default 4096)] [--prompt TEXT] [--steps N (default 80)]
 //       data: $BARATO_DATA_DIR (stories260K/, text/), else the repository's ../shared/data
@@ -38,13 +38,13 @@
 #include "barato/kv/contiguous.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
-#include "barato/quant/linear.hpp"
 #include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/kl_divergence.hpp"
 #include "models/llama.hpp"
 #include "models/tokenizer.hpp"
+#include "models/weight_formats.hpp"
 
 namespace {
 
@@ -97,11 +97,7 @@ int tutorial_main(int argc, const char* const* argv) {
   std::vector<Variant> variants;
   variants.push_back({"fp32", convert_weights(dense, [](const nn::DenseLinear& d) { return nn::AnyLinear(d.copy()); })});
   for (quant::Scheme s : quant::kSchemes)
-    variants.push_back({std::string(quant::scheme_name(s)), convert_weights(dense, [&](const nn::DenseLinear& d) {
-                          return quant::visit_scheme(s, [&](auto f) {
-                            return nn::AnyLinear(quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights()));
-                          });
-                        })});
+    variants.push_back({std::string(quant::scheme_name(s)), quantize_weights(dense, s)});
   std::printf("Step 2: teacher-forced evaluation (all projections and the tied classifier quantized)\n");
   std::printf("  %-12s %8s %10s %12s %10s %22s   %s\n", "weights", "bits/w", "KiB", "perplexity", "Δppl",
               "mean KLD vs fp32 (nats)", "argmax agreement with fp32 [95% CI]");

@@ -45,10 +45,8 @@
 #include "barato/core/memory.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
-#include "barato/quant/absmax.hpp"
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/ggml_blocks.hpp"
-#include "barato/quant/linear.hpp"
 #include "models/ggml_dequant.hpp"
 #include "models/gguf.hpp"
 #include "models/llama_config.hpp"
@@ -80,40 +78,11 @@ namespace barato_examples {
 /// weight, on the VNNI kernel (15-bit activations); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K, whose values
 /// add a per-group offset no barato format holds, → Dense<float> of their exact values (4 bytes per
 /// weight instead of 0.3–0.8: `--weights int4-g128`, `q4_0`, … re-quantize them).
-[[nodiscard]] inline barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
-                                                       std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
-                                                       std::string_view file = "<gguf>", std::size_t file_offset = 0) {
-  const auto quantized = [&](auto format) {
-    using F = decltype(format);
-    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(t.data.data()), t.data.size());
-    return barato::nn::AnyLinear(barato::quant::Linear<F>(
-        barato::quant::from_ggml_blocks<F>(rows, cols, bytes, barato::quant::GgmlSource{file, file_offset}, mr)));
-  };
-  switch (static_cast<GgmlType>(t.type)) {
-    case GgmlType::q8_0: return quantized(barato::quant::GgmlQ8_0{});
-    case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
-    default: break;
-  }
-  const auto int_groups = [&](auto format) {
-    using F = decltype(format);
-    barato::Buffer<std::uint8_t> codes(rows * cols, mr);  // int8 codes, one byte each (two's complement)
-    barato::Buffer<float> scales(rows * cols / F::granularity::kGroup, mr);
-    ggml_to_int_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()), scales.span(),
-                       file, file_offset);
-    return barato::nn::AnyLinear(barato::quant::Linear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales))));
-  };
-  if (ggml_int_groups(t.type)) {
-    // ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row
-    if (ggml_int_group(t.type) == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
-    return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
-  }
-  const barato::Buffer<float> w = gguf_tensor_fp32(t, mr, file, file_offset);
-  switch (static_cast<GgmlType>(t.type)) {
-    case GgmlType::f16: return barato::nn::Dense<barato::f16>(rows, cols, w.span(), mr);
-    case GgmlType::bf16: return barato::nn::Dense<barato::bf16>(rows, cols, w.span(), mr);
-    default: return barato::nn::Dense<float>(rows, cols, w.span(), mr);
-  }
-}
+/// Defined in gguf_llama.cpp (the example models' compiled part, ARCHITECTURE.md): it instantiates
+/// the kernels of every format above, once for all the programs that load a GGUF model.
+[[nodiscard]] barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
+                                                std::pmr::memory_resource* mr = std::pmr::get_default_resource(),
+                                                std::string_view file = "<gguf>", std::size_t file_offset = 0);
 
 /// Bytes `gguf_linear` holds for a [rows, cols] tensor of ggml type `type` (codes and scales; what
 /// its `bytes()` reports), from the type alone: nothing is read or converted. F32 and the block types

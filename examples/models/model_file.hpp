@@ -26,7 +26,6 @@
 #include "barato/core/error.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
-#include "barato/quant/linear.hpp"
 #include "barato/quant/scheme.hpp"
 #include "models/gguf.hpp"
 #include "models/gguf_llama.hpp"
@@ -118,9 +117,7 @@ inline constexpr const char* kModelWeightsHelp =
       *f, m.config(),
       [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
         const barato::Buffer<float> x = gguf_tensor_fp32(t, mr, f->file(), f->data_offset() + static_cast<std::size_t>(t.offset));
-        return barato::quant::visit_scheme(scheme, [&](auto format) {
-          return barato::nn::AnyLinear(barato::quant::Linear<decltype(format)>(rows, cols, x.span(), mr));
-        });
+        return quantized_linear(scheme, rows, cols, x.span(), mr);
       },
       mr);
 }

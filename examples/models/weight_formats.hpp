@@ -5,14 +5,15 @@
 /// classifier of fp32 weights, quantized at load time and held as `nn::AnyLinear` so one instantiation
 /// of the tool serves every scheme.
 
+#include <cstddef>
 #include <memory_resource>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "barato/core/error.hpp"
 #include "barato/nn/any_linear.hpp"
 #include "barato/nn/dense.hpp"
-#include "barato/quant/linear.hpp"
 #include "barato/quant/scheme.hpp"
 #include "models/llama_weights.hpp"
 
@@ -27,16 +28,19 @@ namespace barato_examples {
   }
 }
 
-/// `dense` with every projection and the classifier quantized to `scheme`, as nn::AnyLinear (packed
-/// matrices from `mr`).
+/// One fp32 matrix (`rows` × `cols`, row-major) quantized to `scheme` (`quant::Linear` of the
+/// scheme's format, packed matrix from `mr`), as nn::AnyLinear. Defined in weight_formats.cpp (the
+/// example models' compiled part, ARCHITECTURE.md): every scheme's kernels are instantiated there,
+/// once, not in each program that quantizes a model.
+[[nodiscard]] barato::nn::AnyLinear quantized_linear(barato::quant::Scheme scheme, std::size_t rows, std::size_t cols,
+                                                     std::span<const float> weights,
+                                                     std::pmr::memory_resource* mr = std::pmr::get_default_resource());
+
+/// `dense` with every projection and the classifier quantized to `scheme` (`quantized_linear`).
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> quantize_weights(const LlamaWeights<barato::nn::DenseLinear>& dense,
                                                                           barato::quant::Scheme scheme,
                                                                           std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
-  return convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
-    return barato::quant::visit_scheme(scheme, [&](auto f) {
-      return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights(), mr));
-    });
-  });
+  return convert_weights(dense, [&](const barato::nn::DenseLinear& d) { return quantized_linear(scheme, d.rows(), d.cols(), d.weights(), mr); });
 }
 
 /// Calls f(weights) with `dense`'s own projections for "fp32", else with `quantize_weights(dense, name)`;

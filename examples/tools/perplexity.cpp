@@ -17,7 +17,6 @@
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
 #include "barato/nn/any_linear.hpp"
-#include "barato/quant/linear.hpp"
 #include "barato/quant/scheme.hpp"
 #include "models/cli.hpp"
 #include "models/json.hpp"
@@ -97,9 +96,7 @@ int tool_main(int argc, const char* const* argv) {
   const bool file_precision = weights == "file" && model.is_gguf();  // --weights file: the GGUF file's own formats
   const auto w = file_precision ? model.gguf_weights() : convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
     if (weights == "fp32" || weights == "file") return barato::nn::AnyLinear(d.copy());
-    return barato::quant::visit_scheme(barato::quant::parse_scheme(weights), [&](auto f) {
-      return barato::nn::AnyLinear(barato::quant::Linear<decltype(f)>(d.rows(), d.cols(), d.weights()));
-    });
+    return quantized_linear(barato::quant::parse_scheme(weights), d.rows(), d.cols(), d.weights());
   });
   // --kl-divergence: the reference, fp32 weights (and below a contiguous fp32 cache).
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;

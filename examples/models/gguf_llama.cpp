@@ -1,0 +1,62 @@
+// gguf_llama.hpp's out-of-line part: `gguf_linear`, where every GGUF tensor type's layer is built,
+// and with it the kernels of quant::Linear<GgmlQ8_0 / GgmlQ4_0 / int8 groups of 32 and 16> and
+// nn::Dense<float / f16 / bf16> behind nn::AnyLinear. Compiled once (target barato_example_models)
+// instead of in every tool, tutorial and test that loads a model.
+
+#include "models/gguf_llama.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory_resource>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "barato/core/dtype.hpp"
+#include "barato/core/memory.hpp"
+#include "barato/nn/any_linear.hpp"
+#include "barato/nn/dense.hpp"
+#include "barato/quant/absmax.hpp"
+#include "barato/quant/ggml.hpp"
+#include "barato/quant/ggml_blocks.hpp"
+#include "barato/quant/linear.hpp"
+#include "models/ggml_dequant.hpp"
+#include "models/gguf.hpp"
+
+namespace barato_examples {
+
+barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols, std::pmr::memory_resource* mr,
+                                  std::string_view file, std::size_t file_offset) {
+  const auto quantized = [&](auto format) {
+    using F = decltype(format);
+    const std::span<const std::uint8_t> bytes(reinterpret_cast<const std::uint8_t*>(t.data.data()), t.data.size());
+    return barato::nn::AnyLinear(barato::quant::Linear<F>(
+        barato::quant::from_ggml_blocks<F>(rows, cols, bytes, barato::quant::GgmlSource{file, file_offset}, mr)));
+  };
+  switch (static_cast<GgmlType>(t.type)) {
+    case GgmlType::q8_0: return quantized(barato::quant::GgmlQ8_0{});
+    case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
+    default: break;
+  }
+  const auto int_groups = [&](auto format) {
+    using F = decltype(format);
+    barato::Buffer<std::uint8_t> codes(rows * cols, mr);  // int8 codes, one byte each (two's complement)
+    barato::Buffer<float> scales(rows * cols / F::granularity::kGroup, mr);
+    ggml_to_int_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()), scales.span(),
+                       file, file_offset);
+    return barato::nn::AnyLinear(barato::quant::Linear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales))));
+  };
+  if (ggml_int_groups(t.type)) {
+    // ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row
+    if (ggml_int_group(t.type) == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
+    return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
+  }
+  const barato::Buffer<float> w = gguf_tensor_fp32(t, mr, file, file_offset);
+  switch (static_cast<GgmlType>(t.type)) {
+    case GgmlType::f16: return barato::nn::Dense<barato::f16>(rows, cols, w.span(), mr);
+    case GgmlType::bf16: return barato::nn::Dense<barato::bf16>(rows, cols, w.span(), mr);
+    default: return barato::nn::Dense<float>(rows, cols, w.span(), mr);
+  }
+}
+
+}  // namespace barato_examples
