@@ -368,6 +368,11 @@ class GgufFile {
     const std::span<const std::byte> view(*owner);
     return GgufFile(std::move(name), std::move(owner), view);
   }
+  /// Parses `bytes` without copying or owning them: the caller keeps them alive and unchanged for the
+  /// returned object's lifetime (a buffer or mapping of its own). `name` is used in error messages.
+  [[nodiscard]] static GgufFile from_view(std::string name, std::span<const std::byte> bytes) {
+    return GgufFile(std::move(name), nullptr, bytes);
+  }
 
   [[nodiscard]] const std::string& file() const noexcept { return file_; }
   [[nodiscard]] std::uint32_t version() const noexcept { return version_; }
