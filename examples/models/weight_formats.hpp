@@ -40,7 +40,9 @@ namespace barato_examples {
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> quantize_weights(const LlamaWeights<barato::nn::DenseLinear>& dense,
                                                                           barato::quant::Scheme scheme,
                                                                           std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
-  return convert_weights(dense, [&](const barato::nn::DenseLinear& d) { return quantized_linear(scheme, d.rows(), d.cols(), d.weights(), mr); });
+  return convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
+    return quantized_linear(scheme, d.rows(), d.cols(), d.weights(), mr);
+  });
 }
 
 /// Calls f(weights) with `dense`'s own projections for "fp32", else with `quantize_weights(dense, name)`;
