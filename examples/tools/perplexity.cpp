@@ -28,6 +28,7 @@
 #include "models/read_file.hpp"
 #include "models/token_ids.hpp"
 #include "models/tokenizer.hpp"
+#include "models/weight_formats.hpp"
 
 namespace {
 
@@ -94,13 +95,15 @@ int tool_main(int argc, const char* const* argv) {
   const ModelFile model = ModelFile::open(model_path, context);
   const auto dense = model.fp32_weights();
   const bool file_precision = weights == "file" && model.is_gguf();  // --weights file: the GGUF file's own formats
-  const auto w = file_precision ? model.gguf_weights() : convert_weights(dense, [&](const barato::nn::DenseLinear& d) {
-    if (weights == "fp32" || weights == "file") return barato::nn::AnyLinear(d.copy());
-    return quantized_linear(barato::quant::parse_scheme(weights), d.rows(), d.cols(), d.weights());
-  });
+  const auto fp32_copy = [&] {
+    return convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
+  };
+  const auto w = file_precision                           ? model.gguf_weights()
+                 : weights == "fp32" || weights == "file" ? fp32_copy()
+                                                          : quantize_weights(dense, barato::quant::parse_scheme(weights));
   // --kl-divergence: the reference, fp32 weights (and below a contiguous fp32 cache).
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
-  if (kld) ref_w = convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
+  if (kld) ref_w = fp32_copy();
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
   const std::string text = ids_path.empty() ? read_bounded(text_path, kMaxTextFileBytes, "text file")
                                             : read_bounded(ids_path, kMaxTextFileBytes, "token-id file");
