@@ -315,9 +315,9 @@ struct LlamaTensorSlot {
   return load_gguf_llama_with(
       f, c,
       [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
-        return barato::nn::DenseLinear(rows, cols,
-                                       gguf_tensor_fp32(t, mr, f.file(), f.data_offset() + static_cast<std::size_t>(t.offset)).span(),
-                                       mr);
+        barato::nn::DenseLinear d(rows, cols, mr);  // dequantized into its own storage: no fp32 copy per tensor
+        ggml_to_fp32(t.data, t.type, t.ne, d.weights(), f.file(), f.data_offset() + static_cast<std::size_t>(t.offset));
+        return d;
       },
       mr);
 }

@@ -252,30 +252,72 @@ class Llama2cCheckpoint {
   return L;
 }
 
+/// A llama2.c checkpoint opened for reading tensor by tensor: `read_llama2c_layout`'s checks on
+/// opening, then any tensor (or one layer of a per-layer stack) into the caller's storage, so a loader
+/// can hold one matrix at a time instead of the whole payload (`load_llama2c_with`). Throws
+/// `barato::io_error` when the file cannot be opened, `barato::format_error` for a bad file (one that
+/// shrinks while it is read included).
+class Llama2cReader {
+ public:
+  using TensorId = Llama2cCheckpoint::TensorId;
+
+  explicit Llama2cReader(const std::filesystem::path& path)
+      : file_(path.string()), layout_(read_llama2c_layout(path, &header_)), in_(path, std::ios::binary) {
+    if (!in_) throw barato::io_error(file_ + ": cannot open llama2.c checkpoint");
+  }
+
+  [[nodiscard]] const Llama2cHeader& header() const noexcept { return header_; }
+  [[nodiscard]] const Llama2cLayout& layout() const noexcept { return layout_; }
+  /// Floats of tensor `id` (all layers of a per-layer stack).
+  [[nodiscard]] std::size_t floats(TensorId id) const noexcept { return layout_.tensors[id].floats; }
+  /// Floats of one layer of the per-layer stack `id`.
+  [[nodiscard]] std::size_t layer_floats(TensorId id) const noexcept { return floats(id) / layout_.n_layers; }
+
+  /// The whole tensor `id` into `out` (`floats(id)` values).
+  void read(TensorId id, std::span<float> out) { read_at(layout_.tensors[id].offset, floats(id), out); }
+  /// Layer `layer` of the per-layer stack `id` into `out` (`layer_floats(id)` values).
+  void read(TensorId id, std::size_t layer, std::span<float> out) {
+    barato::require(layer < layout_.n_layers, "Llama2cReader::read: layer ", layer, " >= n_layers ", layout_.n_layers);
+    read_at(layout_.tensors[id].offset + layer * layer_floats(id), layer_floats(id), out);
+  }
+  /// All floats after the header into `out` (`layout().total_floats` values).
+  void read_payload(std::span<float> out) { read_at(0, layout_.total_floats, out); }
+
+ private:
+  /// `n` floats from float `first` of the payload into out (out.size() must be n).
+  void read_at(std::size_t first, std::size_t n, std::span<float> out) {
+    barato::require(out.size() == n, "Llama2cReader: expected a destination of ", n, " floats, got ", out.size());
+    const std::size_t start = kLlama2cHeaderBytes + first * sizeof(float);
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(start));
+    // In chunks: streamsize is signed and a single huge read is not portable.
+    constexpr std::size_t kChunk = std::size_t{1} << 26;
+    auto* dst = reinterpret_cast<char*>(out.data());
+    const std::size_t bytes = n * sizeof(float);
+    for (std::size_t done = 0; done < bytes;) {
+      const std::size_t k = std::min(kChunk, bytes - done);
+      in_.read(dst + done, static_cast<std::streamsize>(k));
+      const auto got = static_cast<std::size_t>(in_.gcount());
+      if (got != k)
+        throw barato::format_error(file_, start + done + got, "truncated weights: the file shrank while reading");
+      done += k;
+    }
+  }
+
+  std::string file_;
+  Llama2cHeader header_;
+  Llama2cLayout layout_;
+  std::ifstream in_;
+};
+
 /// Reads a llama2.c checkpoint: `read_llama2c_layout`'s checks, then the weights into one buffer from
 /// `mr`. Throws `barato::io_error` when the file cannot be opened, `barato::format_error` for a bad file.
 [[nodiscard]] inline Llama2cCheckpoint read_llama2c(const std::filesystem::path& path,
                                                     std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
-  const std::string file = path.string();
-  Llama2cHeader h;
-  const Llama2cLayout L = read_llama2c_layout(path, &h);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
-  in.seekg(static_cast<std::streamoff>(kLlama2cHeaderBytes));
-  barato::Buffer<float> payload(L.total_floats, mr);  // [total_floats]
-  // Read in chunks: streamsize is signed and a single huge read is not portable.
-  constexpr std::size_t kChunk = std::size_t{1} << 26;
-  auto* dst = reinterpret_cast<char*>(payload.data());
-  const std::size_t bytes = L.total_floats * sizeof(float);
-  for (std::size_t done = 0; done < bytes;) {
-    const std::size_t n = std::min(kChunk, bytes - done);
-    in.read(dst + done, static_cast<std::streamsize>(n));
-    const auto got = static_cast<std::size_t>(in.gcount());
-    if (got != n)
-      throw barato::format_error(file, kLlama2cHeaderBytes + done + got, "truncated weights: the file shrank while reading");
-    done += n;
-  }
-  return Llama2cCheckpoint(h, L, std::move(payload));
+  Llama2cReader in(path);
+  barato::Buffer<float> payload(in.layout().total_floats, mr);  // [total_floats]
+  in.read_payload(payload.span());
+  return Llama2cCheckpoint(in.header(), in.layout(), std::move(payload));
 }
 
 }  // namespace barato_examples

@@ -77,12 +77,6 @@ struct LlamaWeights {
 
 namespace detail {
 
-inline barato::Buffer<float> copy_to_buffer(std::span<const float> x, std::pmr::memory_resource* mr) {
-  barato::Buffer<float> b(x.size(), mr);
-  if (!x.empty()) std::memcpy(b.data(), x.data(), x.size() * sizeof(float));
-  return b;
-}
-
 /// Checks that a LlamaWeights holds tensors of the shapes its config implies.
 template <class Linear>
 void check_weights(const LlamaWeights<Linear>& w) {
@@ -129,31 +123,65 @@ void check_weights(const LlamaWeights<Linear>& w) {
   return c;
 }
 
+/// Loads a llama2.c checkpoint (see llama2c.hpp) tensor by tensor: every projection and the
+/// classifier built by `make_linear(values, rows, cols)` from its fp32 values (read into one scratch
+/// matrix from `mr`, reused: valid only during the call), the gains and the embedding read into fp32
+/// buffers from `mr` (a shared classifier is built from the embedding as loaded). So the load holds
+/// the result and one fp32 matrix, never the whole checkpoint beside it.
+/// Throws `barato::format_error` / `barato::io_error` for bad or missing files.
+template <class MakeLinear>
+[[nodiscard]] auto load_llama2c_with(const std::filesystem::path& path, MakeLinear make_linear,
+                                     std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
+  using T = Llama2cCheckpoint;
+  using L = std::remove_cvref_t<std::invoke_result_t<MakeLinear&, std::span<const float>, std::size_t, std::size_t>>;
+  Llama2cReader in(path);
+  const LlamaConfig c = llama2c_config(in.layout());
+  std::size_t largest = c.shared_classifier ? 0 : in.floats(T::kWcls);
+  for (const auto id : {T::kWq, T::kWk, T::kWv, T::kWo, T::kW1, T::kW2, T::kW3}) largest = std::max(largest, in.layer_floats(id));
+  barato::Buffer<float> scratch(largest, mr);  // one matrix at a time
+  const auto mat = [&](T::TensorId id, std::size_t layer, std::size_t rows, std::size_t cols) {
+    const std::span<float> x = scratch.span().first(in.layer_floats(id));
+    in.read(id, layer, x);
+    return make_linear(std::span<const float>(x), rows, cols);
+  };
+  const auto gain = [&](T::TensorId id, std::size_t layer) {
+    barato::Buffer<float> g(in.layer_floats(id), mr);
+    in.read(id, layer, g.span());
+    return g;
+  };
+  std::vector<LlamaLayerWeights<L>> layers;
+  layers.reserve(c.n_layers);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    layers.push_back(LlamaLayerWeights<L>{gain(T::kRmsAtt, i), gain(T::kRmsFfn, i), mat(T::kWq, i, c.q_dim(), c.dim),
+                                          mat(T::kWk, i, c.kv_dim(), c.dim), mat(T::kWv, i, c.kv_dim(), c.dim),
+                                          mat(T::kWo, i, c.dim, c.q_dim()), mat(T::kW1, i, c.hidden_dim, c.dim),
+                                          mat(T::kW2, i, c.dim, c.hidden_dim), mat(T::kW3, i, c.hidden_dim, c.dim)});
+  }
+  barato::Buffer<float> embedding(in.floats(T::kTokenEmbedding), mr);
+  in.read(T::kTokenEmbedding, embedding.span());
+  barato::Buffer<float> rms_final(in.floats(T::kRmsFinal), mr);
+  in.read(T::kRmsFinal, rms_final.span());
+  L classifier = [&] {
+    if (c.shared_classifier) return make_linear(std::span<const float>(embedding.span()), c.vocab_size, c.dim);
+    const std::span<float> x = scratch.span().first(in.floats(T::kWcls));
+    in.read(T::kWcls, x);
+    return make_linear(std::span<const float>(x), c.vocab_size, c.dim);
+  }();
+  LlamaWeights<L> w{c, std::move(embedding), std::move(layers), std::move(rms_final), std::move(classifier)};
+  detail::check_weights(w);
+  return w;
+}
+
 /// Loads a llama2.c checkpoint (see llama2c.hpp) into fp32 dense weights allocated from `mr`.
 /// Throws `barato::format_error` / `barato::io_error` for bad or missing files.
 [[nodiscard]] inline LlamaWeights<barato::nn::DenseLinear> load_llama2c(
     const std::filesystem::path& path, std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
-  using barato::nn::DenseLinear;
-  using T = Llama2cCheckpoint;
-  const Llama2cCheckpoint ck = read_llama2c(path, mr);
-  const LlamaConfig c = llama2c_config(ck.layout());
-  const auto dense = [&](T::TensorId id, std::size_t layer, std::size_t rows, std::size_t cols) {
-    return DenseLinear(rows, cols, ck.layer(id, layer), mr);
-  };
-  std::vector<LlamaLayerWeights<DenseLinear>> layers;
-  layers.reserve(c.n_layers);
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    layers.push_back(LlamaLayerWeights<DenseLinear>{
-        detail::copy_to_buffer(ck.layer(T::kRmsAtt, i), mr), detail::copy_to_buffer(ck.layer(T::kRmsFfn, i), mr),
-        dense(T::kWq, i, c.q_dim(), c.dim), dense(T::kWk, i, c.kv_dim(), c.dim), dense(T::kWv, i, c.kv_dim(), c.dim),
-        dense(T::kWo, i, c.dim, c.q_dim()), dense(T::kW1, i, c.hidden_dim, c.dim), dense(T::kW2, i, c.dim, c.hidden_dim),
-        dense(T::kW3, i, c.hidden_dim, c.dim)});
-  }
-  LlamaWeights<DenseLinear> w{c, detail::copy_to_buffer(ck.tensor(T::kTokenEmbedding), mr), std::move(layers),
-                              detail::copy_to_buffer(ck.tensor(T::kRmsFinal), mr),
-                              DenseLinear(c.vocab_size, c.dim, ck.classifier(), mr)};
-  detail::check_weights(w);
-  return w;
+  return load_llama2c_with(
+      path,
+      [&](std::span<const float> values, std::size_t rows, std::size_t cols) {
+        return barato::nn::DenseLinear(rows, cols, values, mr);
+      },
+      mr);
 }
 
 // ================================================================================================

@@ -11,8 +11,8 @@
 /// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c; for GGUF,
 /// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 in barato's ggml-exact formats
 /// (quant::GgmlQ8_0 / GgmlQ4_0, no requantization; models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
-/// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp; a GGUF file one
-/// tensor at a time, `requantized_gguf_weights`, so the fp32 model is never held).
+/// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp) one tensor at a
+/// time (`requantized_weights`), so no fp32 model is held beside the quantized one.
 
 #include <cstddef>
 #include <filesystem>
@@ -105,14 +105,23 @@ inline constexpr const char* kModelWeightsHelp =
     "int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 values at\n"
     "load time; q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)";
 
-/// GGUF only: the projections re-quantized to `scheme` tensor by tensor — each is dequantized
-/// exactly, quantized, and its fp32 values freed before the next — so loading never holds the fp32
-/// model (a Q4_K_M 7B file is ~28 GB as fp32; this way the peak is the quantized model, the fp32
-/// embedding and one fp32 matrix). Bitwise the weights of `quantize_weights(m.fp32_weights(), scheme)`.
-[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> requantized_gguf_weights(const ModelFile& m, barato::quant::Scheme scheme,
-                                                                                  std::pmr::memory_resource* mr) {
+/// The projections and the classifier re-quantized to `scheme` tensor by tensor, so loading never
+/// holds an fp32 model beside the quantized one. GGUF: each tensor is dequantized exactly, quantized,
+/// and its fp32 values freed before the next (a Q4_K_M 7B file is ~28 GB as fp32; this way the peak is
+/// the quantized model, the fp32 embedding and one fp32 matrix). llama2.c: each matrix is read into
+/// one reused fp32 scratch matrix and quantized from it (`load_llama2c_with`: the same peak). Bitwise
+/// the weights of `quantize_weights(m.fp32_weights(), scheme)`.
+[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> requantized_weights(const ModelFile& m, barato::quant::Scheme scheme,
+                                                                             std::pmr::memory_resource* mr) {
   const GgufFile* f = m.gguf_file();
-  barato::require<barato::value_error>(f != nullptr, "requantized_gguf_weights: ", m.path().string(), " is not a GGUF file");
+  if (f == nullptr) {
+    auto w = load_llama2c_with(
+        m.path(),
+        [&](std::span<const float> x, std::size_t rows, std::size_t cols) { return quantized_linear(scheme, rows, cols, x, mr); },
+        mr);
+    w.config.seq_len = m.config().seq_len;
+    return w;
+  }
   return load_gguf_llama_with(
       *f, m.config(),
       [&](const GgufTensor& t, std::size_t rows, std::size_t cols) {
@@ -122,17 +131,21 @@ inline constexpr const char* kModelWeightsHelp =
       mr);
 }
 
-/// Calls f(weights) with the weights `weights` names (see the file comment); `value_error`
-/// ("--weights: …") for an unknown name, before any weight is converted. A GGUF file re-quantized
-/// to a scheme goes tensor by tensor (`requantized_gguf_weights`).
+/// The weights `weights` names (see the file comment), built without holding more than they need:
+/// a GGUF file in its own formats never becomes an fp32 model, a re-quantized one never holds it
+/// beside the quantized one (`requantized_weights`), and fp32 weights are read into their layers (a
+/// GGUF tensor directly, a llama2.c matrix through one scratch matrix), never the whole file beside them. `value_error` ("--weights: …") for an unknown name, before any weight is read.
+[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> model_weights(const ModelFile& m, std::string_view weights,
+                                                                       std::pmr::memory_resource* mr) {
+  if (weights == "file" && m.is_gguf()) return m.gguf_weights(mr);
+  if (weights == "file" || weights == "fp32") return into_any_linear(m.fp32_weights(mr));
+  return requantized_weights(m, weight_scheme(weights), mr);
+}
+
+/// Calls f(model_weights(m, weights, mr)).
 template <class F>
 decltype(auto) with_model_weights(const ModelFile& m, std::string_view weights, std::pmr::memory_resource* mr, F&& f) {
-  if (weights == "file" && m.is_gguf()) return f(m.gguf_weights(mr));
-  if (weights != "file" && weights != "fp32") {
-    const auto scheme = weight_scheme(weights);
-    if (m.is_gguf()) return f(requantized_gguf_weights(m, scheme, mr));
-  }
-  return with_weight_format(weights == "file" ? std::string_view("fp32") : weights, m.fp32_weights(mr), mr, std::forward<F>(f));
+  return f(model_weights(m, weights, mr));
 }
 
 }  // namespace barato_examples

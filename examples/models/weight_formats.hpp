@@ -45,15 +45,4 @@ namespace barato_examples {
   });
 }
 
-/// Calls f(weights) with `dense`'s own projections for "fp32", else with `quantize_weights(dense, name)`;
-/// either way as `LlamaWeights<nn::AnyLinear>`, so f is instantiated once. Throws `value_error`
-/// ("--weights: …") for an unknown name, before any conversion.
-template <class F>
-decltype(auto) with_weight_format(std::string_view name, LlamaWeights<barato::nn::DenseLinear>&& dense,
-                                  std::pmr::memory_resource* mr, F&& f) {
-  if (name == "fp32") return f(into_any_linear(std::move(dense)));
-  const auto scheme = weight_scheme(name);
-  return f(quantize_weights(dense, scheme, mr));
-}
-
 }  // namespace barato_examples

@@ -28,7 +28,6 @@
 #include "models/read_file.hpp"
 #include "models/token_ids.hpp"
 #include "models/tokenizer.hpp"
-#include "models/weight_formats.hpp"
 
 namespace {
 
@@ -46,7 +45,8 @@ constexpr const char* kProtocol =
     "     the window's earlier tokens.\n"
     "  5. perplexity = exp(mean NLL); bits per byte = total NLL / ln 2 / bytes of the file.\n"
     "Output: token count, mean NLL (nats), perplexity, bits per byte. --json prints one object with\n"
-    "tokens, mean_nll, perplexity, bits_per_byte (plus windows, bytes, seconds). Progress goes to stderr.\n"
+    "tokens, mean_nll, perplexity, bits_per_byte (plus windows, bytes, seconds, and weight_bytes: what the\n"
+    "loaded weights hold, load_peak_bytes: their peak while loading). Progress goes to stderr.\n"
     "--kl-divergence also runs the fp32 model with a contiguous cache over the same windows and positions\n"
     "and compares the logits position by position (streaming: no logits are stored): KLD = KL(P_fp32 ||\n"
     "P_scheme) in nats (log-sum-exp in double; -inf logits allowed), its mean +- standard error, median,\n"
@@ -91,19 +91,14 @@ int tool_main(int argc, const char* const* argv) {
     }
   }
 
-  // --weights: every projection (and the classifier) in the chosen format, held as nn::AnyLinear.
+  // --weights: every projection (and the classifier) in the chosen format, held as nn::AnyLinear and
+  // read without an fp32 model unless fp32 is asked for (`model_weights`, models/model_file.hpp).
   const ModelFile model = ModelFile::open(model_path, context);
-  const auto dense = model.fp32_weights();
-  const bool file_precision = weights == "file" && model.is_gguf();  // --weights file: the GGUF file's own formats
-  const auto fp32_copy = [&] {
-    return convert_weights(dense, [](const barato::nn::DenseLinear& d) { return barato::nn::AnyLinear(d.copy()); });
-  };
-  const auto w = file_precision                           ? model.gguf_weights()
-                 : weights == "fp32" || weights == "file" ? fp32_copy()
-                                                          : quantize_weights(dense, barato::quant::parse_scheme(weights));
+  barato::CountingResource weight_mem;  // the weights' bytes: what they hold, and the peak while loading them
+  const auto w = model_weights(model, weights, &weight_mem);
   // --kl-divergence: the reference, fp32 weights (and below a contiguous fp32 cache).
   std::optional<LlamaWeights<barato::nn::AnyLinear>> ref_w;
-  if (kld) ref_w = fp32_copy();
+  if (kld) ref_w = model_weights(model, "fp32", std::pmr::get_default_resource());
   const Tokenizer tok = model.tokenizer(tok_path, data_dir() / "stories260K/tok512.bin");
   const std::string text = ids_path.empty() ? read_bounded(text_path, kMaxTextFileBytes, "text file")
                                             : read_bounded(ids_path, kMaxTextFileBytes, "token-id file");
@@ -188,7 +183,9 @@ int tool_main(int argc, const char* const* argv) {
         .add("weights", weights)
         .add("kv", kv)
         .add("bytes", bytes)
-        .add("seconds", secs);
+        .add("seconds", secs)
+        .add("weight_bytes", weight_mem.current())
+        .add("load_peak_bytes", weight_mem.peak());
     if (!ids_path.empty()) o.add("argmax_agreement", agreement).add("argmax_ids", std::span<const Token>(argmax));
     if (kld)
       o.add("kld_mean", k.mean)

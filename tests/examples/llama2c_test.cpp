@@ -256,3 +256,42 @@ TEST_CASE("llama2c: the real stories260K checkpoint") {
   // The tensors used (all but freq_cis) add up to the README's 260,032 parameters.
   CHECK(L.total_floats - fc.size() == 260032);
 }
+
+TEST_CASE("llama2c: Llama2cReader reads each tensor and layer where the checkpoint holds it") {
+  using barato_examples::Llama2cReader;
+  Llama2cHeader u = kSmall;
+  u.vocab_size = -16;  // an unshared classifier too
+  const auto p = write_file("reader.bin", u, floats_for(u));
+  const Llama2cCheckpoint ck = read_llama2c(p);
+  Llama2cReader in(p);
+  CHECK(in.layout().total_floats == ck.layout().total_floats);
+  for (std::size_t id = 0; id < barato_examples::Llama2cLayout::kTensors; ++id) {
+    const auto t = static_cast<Llama2cCheckpoint::TensorId>(id);
+    CAPTURE(id);
+    std::vector<float> whole(in.floats(t));
+    in.read(t, whole);
+    CHECK(std::equal(whole.begin(), whole.end(), ck.tensor(t).begin(), ck.tensor(t).end()));
+  }
+  for (const auto t : {Llama2cCheckpoint::kWq, Llama2cCheckpoint::kW2, Llama2cCheckpoint::kRmsFfn})
+    for (std::size_t l = 0; l < ck.layout().n_layers; ++l) {
+      std::vector<float> x(in.layer_floats(t));
+      in.read(t, l, x);
+      CHECK(std::equal(x.begin(), x.end(), ck.layer(t, l).begin(), ck.layer(t, l).end()));
+    }
+  std::vector<float> wrong(in.layer_floats(Llama2cCheckpoint::kWq) + 1);
+  CHECK_THROWS_AS(in.read(Llama2cCheckpoint::kWq, 0, wrong), barato::shape_error);
+  CHECK_THROWS_AS(in.read(Llama2cCheckpoint::kWq, ck.layout().n_layers, std::span<float>(wrong).first(in.layer_floats(Llama2cCheckpoint::kWq))),
+                  barato::shape_error);
+  // A file that shrinks after it was opened: a format_error at the byte where the read came up short
+  // (w1 starts past the new end: its first byte).
+  fs::resize_file(p, 28 + 4 * 100);
+  std::vector<float> w1(in.layer_floats(Llama2cCheckpoint::kW1));
+  try {
+    in.read(Llama2cCheckpoint::kW1, 0, w1);
+    FAIL("expected barato::format_error");
+  } catch (const barato::format_error& e) {
+    CHECK(e.file() == p.string());
+    CHECK(e.offset() == 28 + 4 * in.layout().tensors[Llama2cCheckpoint::kW1].offset);
+    CHECK(std::string(e.what()).find("shrank") != std::string::npos);
+  }
+}

@@ -1,6 +1,7 @@
-// Tests of the tools' model loader (examples/models/model_file.hpp): `--weights SCHEME` on a GGUF file
-// re-quantizes tensor by tensor — the same weights, bit for bit, as quantizing the whole dequantized
-// model, without ever holding the fp32 model (peak bytes below the fp32 projections' size).
+// Tests of the tools' model loader (examples/models/model_file.hpp): `--weights SCHEME` re-quantizes
+// tensor by tensor — the same weights, bit for bit, as quantizing the whole fp32 model, without
+// holding that model beside the quantized one (peak bytes checked) — and every --weights name loads
+// without holding more than its result needs.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -65,4 +66,55 @@ TEST_CASE("model file: --weights SCHEME on a GGUF re-quantizes tensor by tensor:
     CHECK(mem.peak() < fp32_projections);
   }
   CHECK_THROWS_AS(with_model_weights(m, "int3", nullptr, [](const auto&) { return 0; }), barato::value_error);
+}
+
+TEST_CASE("model file: a llama2.c checkpoint is read matrix by matrix, and --weights SCHEME quantizes each as it is read") {
+  const char* kFile = "stories260K/stories260K.bin";
+  const auto dir = barato::test::data_dir_or_skip(kFile);
+  if (dir.empty()) return;
+  const ModelFile m = ModelFile::open(dir / kFile, 300);
+  barato::CountingResource fp32_mem;
+  const std::size_t fp32_bytes = [&] {
+    const auto w = m.fp32_weights(&fp32_mem);
+    CHECK(w.config.seq_len == 300);
+    // read matrix by matrix through one scratch matrix (the largest, w1's [hidden, dim]), never the
+    // whole checkpoint beside the weights
+    CHECK(fp32_mem.peak() - fp32_mem.current() == w.config.hidden_dim * w.config.dim * sizeof(float));
+    return fp32_mem.current();
+  }();
+  for (const char* name : {"int8-row", "q4_0"}) {
+    INFO(std::string(name));
+    const auto whole = quantize_weights(m.fp32_weights(), weight_scheme(name));
+    barato::CountingResource mem;
+    const auto w = model_weights(m, name, &mem);
+    CHECK(w.config.seq_len == 300);
+    CHECK(same_linears(w, whole));
+    // The quantized matrices, the fp32 embedding and one fp32 scratch matrix: below the fp32 model.
+    CHECK(mem.peak() < fp32_bytes);
+  }
+}
+
+TEST_CASE("model file: --weights file and fp32 hold no more than their result at any point of the load") {
+  const char* kQ4 = "stories260K/stories260K-h192-q4_0.gguf";
+  const auto dir = barato::test::data_dir_or_skip(kQ4);
+  if (dir.empty()) return;
+  for (const char* file : {kQ4, "stories260K/stories260K-h192-f32.gguf"}) {
+    INFO(std::string(file));
+    const ModelFile m = ModelFile::open(dir / file, 512);
+    for (const char* name : {"file", "fp32"}) {
+      INFO(std::string(name));
+      barato::CountingResource mem;
+      const auto w = model_weights(m, name, &mem);
+      // each tensor is converted into its layer's own storage: nothing allocated but what is kept
+      CHECK(mem.total() == mem.current());
+      CHECK(mem.peak() == mem.current());
+      CHECK(w.linear_bytes() > 0);
+    }
+  }
+  // The Q4_0 file in its own format holds its blocks, not fp32 values.
+  const ModelFile q4 = ModelFile::open(dir / kQ4, 512);
+  barato::CountingResource file_mem, fp32_mem;
+  const auto file = model_weights(q4, "file", &file_mem);
+  const auto fp32 = model_weights(q4, "fp32", &fp32_mem);
+  CHECK(file.linear_bytes() * 5 < fp32.linear_bytes());
 }

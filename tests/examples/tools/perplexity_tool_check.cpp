@@ -116,6 +116,11 @@ TEST_CASE("barato_perplexity --model X.gguf: the GGUF conversion scores as the l
   CHECK(number(file.out, "perplexity") == doctest::Approx(number(fp32.out, "perplexity")).epsilon(0.01));
   CHECK(field(file.out, "perplexity") != field(fp32.out, "perplexity"));
   CHECK(field(fp32.out, "perplexity") != field(bin.out, "perplexity"));
+  // Memory: the file's Q4_0 blocks are what --weights file holds (no fp32 model behind them, as
+  // before 2026-12-06), and neither load allocates more than it keeps.
+  CHECK(number(file.out, "weight_bytes") * 3 < number(fp32.out, "weight_bytes"));
+  CHECK(number(file.out, "load_peak_bytes") == number(file.out, "weight_bytes"));
+  CHECK(number(fp32.out, "load_peak_bytes") == number(fp32.out, "weight_bytes"));
   CHECK(run_tool(q4 + " --weights int8-row").status == 0);
   CHECK(run_tool(q4 + " --weights int9").status == 2);
 }
