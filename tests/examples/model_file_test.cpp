@@ -4,14 +4,19 @@
 // without holding more than its result needs.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <bit>
 #include <cstdint>
-#include <type_traits>
+#include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "barato/core/memory.hpp"
+#include "models/gguf_export.hpp"
 #include "models/model_file.hpp"
 #include "models/weight_formats.hpp"
 #include "support/data.hpp"
@@ -98,9 +103,16 @@ TEST_CASE("model file: --weights file and fp32 hold no more than their result at
   const char* kQ4 = "stories260K/stories260K-h192-q4_0.gguf";
   const auto dir = barato::test::data_dir_or_skip(kQ4);
   if (dir.empty()) return;
-  for (const char* file : {kQ4, "stories260K/stories260K-h192-f32.gguf"}) {
-    INFO(std::string(file));
-    const ModelFile m = ModelFile::open(dir / file, 512);
+  // An F16 copy of the F32 file (barato's GGUF writer), for the half-precision path.
+  const auto f32_path = dir / "stories260K/stories260K-h192-f32.gguf";
+  const auto f16_path = std::filesystem::temp_directory_path() / ("barato_model_file_f16_" + std::to_string(::getpid()) + ".gguf");
+  {
+    const GgufFile src = GgufFile::open(f32_path);
+    export_gguf_llama_streamed(src, gguf_llama_config(src, 512), gguf_tokenizer(src), GgmlType::f16, &src).writer.write(f16_path);
+  }
+  for (const auto& path : {dir / kQ4, f32_path, f16_path}) {
+    INFO(path.string());
+    const ModelFile m = ModelFile::open(path, 512);
     for (const char* name : {"file", "fp32"}) {
       INFO(std::string(name));
       barato::CountingResource mem;
@@ -109,8 +121,11 @@ TEST_CASE("model file: --weights file and fp32 hold no more than their result at
       CHECK(mem.total() == mem.current());
       CHECK(mem.peak() == mem.current());
       CHECK(w.linear_bytes() > 0);
+      if (path == f16_path && std::string_view(name) == "file")
+        CHECK(w.layers[0].w1.target<barato::nn::Dense<barato::f16>>() != nullptr);  // the file's precision
     }
   }
+  std::filesystem::remove(f16_path);
   // The Q4_0 file in its own format holds its blocks, not fp32 values.
   const ModelFile q4 = ModelFile::open(dir / kQ4, 512);
   barato::CountingResource file_mem, fp32_mem;
