@@ -274,18 +274,20 @@ class Llama2cReader {
   [[nodiscard]] std::size_t layer_floats(TensorId id) const noexcept { return floats(id) / layout_.n_layers; }
 
   /// The whole tensor `id` into `out` (`floats(id)` values).
-  void read(TensorId id, std::span<float> out) { read_at(layout_.tensors[id].offset, floats(id), out); }
+  void read(TensorId id, std::span<float> out) { read_at(layout_.tensors[id].offset, floats(id), out, layout_.tensors[id].name); }
   /// Layer `layer` of the per-layer stack `id` into `out` (`layer_floats(id)` values).
   void read(TensorId id, std::size_t layer, std::span<float> out) {
     barato::require(layer < layout_.n_layers, "Llama2cReader::read: layer ", layer, " >= n_layers ", layout_.n_layers);
-    read_at(layout_.tensors[id].offset + layer * layer_floats(id), layer_floats(id), out);
+    read_at(layout_.tensors[id].offset + layer * layer_floats(id), layer_floats(id), out,
+            std::string(layout_.tensors[id].name) + " (layer " + std::to_string(layer) + ")");
   }
   /// All floats after the header into `out` (`layout().total_floats` values).
-  void read_payload(std::span<float> out) { read_at(0, layout_.total_floats, out); }
+  void read_payload(std::span<float> out) { read_at(0, layout_.total_floats, out, "the weights"); }
 
  private:
-  /// `n` floats from float `first` of the payload into out (out.size() must be n).
-  void read_at(std::size_t first, std::size_t n, std::span<float> out) {
+  /// `n` floats from float `first` of the payload into out (out.size() must be n); `what` names them
+  /// in the error.
+  void read_at(std::size_t first, std::size_t n, std::span<float> out, const std::string& what) {
     barato::require(out.size() == n, "Llama2cReader: expected a destination of ", n, " floats, got ", out.size());
     const std::size_t start = kLlama2cHeaderBytes + first * sizeof(float);
     in_.clear();
@@ -299,7 +301,9 @@ class Llama2cReader {
       in_.read(dst + done, static_cast<std::streamsize>(k));
       const auto got = static_cast<std::size_t>(in_.gcount());
       if (got != k)
-        throw barato::format_error(file_, start + done + got, "truncated weights: the file shrank while reading");
+        throw barato::format_error(file_, start + done + got,
+                                   "truncated weights: the file shrank while reading " + what + " (expected " +
+                                       std::to_string(bytes) + " bytes, found " + std::to_string(done + got) + ")");
       done += k;
     }
   }

@@ -292,6 +292,9 @@ TEST_CASE("llama2c: Llama2cReader reads each tensor and layer where the checkpoi
   } catch (const barato::format_error& e) {
     CHECK(e.file() == p.string());
     CHECK(e.offset() == 28 + 4 * in.layout().tensors[Llama2cCheckpoint::kW1].offset);
-    CHECK(std::string(e.what()).find("shrank") != std::string::npos);
+    const std::string msg = e.what();
+    CHECK_MESSAGE(msg.find("the file shrank while reading w1 (layer 0) (expected " +
+                           std::to_string(4 * in.layer_floats(Llama2cCheckpoint::kW1)) + " bytes, found 0)") != std::string::npos,
+                  msg);
   }
 }
