@@ -19,7 +19,7 @@
 /// exact Σ q·x16 = 256·Σ q·hi + Σ q·lo per (row, vector) in int64.
 ///
 /// Exactness and batch invariance: the integer sum is the one the VNNI kernel forms, and `amx_finish_row`
-/// scales it with the arithmetic of the VNNI kernel's `finish_row_step` (the same double products, then
+/// scales it with the arithmetic of the VNNI kernel's `finish_rows4` (the same double products, then
 /// the same fp32 tail), so the output is bit for bit the VNNI kernel's —
 /// `gemv_batch` may use tiles for some n and vectors for others and row t of a batch still equals the
 /// single-vector product (tests/quant/amx_test.cpp). int32 sums are exact while |Σ q·lo| < 2³¹: up to
@@ -291,7 +291,7 @@ inline void amx_block_rows(std::size_t blocks, const std::int8_t* pack, const st
     }
 }
 
-/// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_row_step` does it element by element:
+/// Row i of `amx_rows`' sums for 16 vectors, finished as `finish_rows4` does it four at a time:
 /// out[v] = fp32(double(Σ q·x16) · step[v] · row_scale) (exact int64 sums; the same double products in
 /// the same order, one rounding to fp32). `step`: the 16 vectors' steps (0 past the live ones).
 [[gnu::always_inline]] inline void amx_finish_row(const std::int32_t* hi, const std::int32_t* lo, const double* step,

@@ -243,7 +243,7 @@ inline void kernel_rows(const QuantizedView<F>& w, const typename K::Activation*
 /// `gemv_prepared`'s product by AMX tiles (quant/amx.hpp) for K's `kAmx` formats: the planes of the n
 /// prepared vectors (`per` bytes apart) packed into `pack`, then each thread's rows 32 at a time × 16
 /// vectors at a time by `amx_rows<2>`, finished by `amx_finish_row` (the arithmetic of
-/// `K::finish_row_step`, so the VNNI kernel's bits); the rows past its last 32 by the VNNI kernel.
+/// `K::finish_rows4`, so the VNNI kernel's bits); the rows past its last 32 by the VNNI kernel.
 template <class K, Format F>
 void gemv_amx(const QuantizedView<F>& w, const typename K::Activation* acts, std::size_t n, std::size_t per, float* y,
               int threads, std::int8_t* pack) {

@@ -255,17 +255,16 @@ struct RowKernel<Arch, F> {
                             _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
   }
 
-  /// The totals of the 8 int64 lanes of each of a, b, c, d (exact), by a transposing tree: three adds
-  /// for all four vectors instead of one horizontal reduction each.
-  [[gnu::always_inline]] static void lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d, std::int64_t* out) noexcept {
+  /// The totals of the 8 int64 lanes of each of a, b, c, d (exact) as the 4 lanes of one register, by
+  /// a transposing tree: three adds for all four vectors instead of one horizontal reduction each.
+  [[gnu::always_inline]] static __m256i lane_totals4(__m512i a, __m512i b, __m512i c, __m512i d) noexcept {
     // 128-bit blocks: [x0 x1 | y0 y1] + [x2 x3 | y2 y3] → x's 4 partial pairs, then y's
     const __m512i ab = _mm512_add_epi64(_mm512_shuffle_i64x2(a, b, 0x44), _mm512_shuffle_i64x2(a, b, 0xEE));
     const __m512i cd = _mm512_add_epi64(_mm512_shuffle_i64x2(c, d, 0x44), _mm512_shuffle_i64x2(c, d, 0xEE));
-    // one 128-bit block per vector: a, b, c, d
+    // one 128-bit block per vector: a, b, c, d; then each block's two lanes added (totals in lanes 0, 2, 4, 6)
     const __m512i abcd = _mm512_add_epi64(_mm512_shuffle_i64x2(ab, cd, 0x88), _mm512_shuffle_i64x2(ab, cd, 0xDD));
-    alignas(64) std::int64_t lanes[8];
-    _mm512_store_si512(lanes, _mm512_add_epi64(abcd, _mm512_shuffle_epi32(abcd, _MM_PERM_BADC)));
-    for (std::size_t j = 0; j < 4; ++j) out[j] = lanes[2 * j];
+    const __m512i pairs = _mm512_add_epi64(abcd, _mm512_shuffle_epi32(abcd, _MM_PERM_BADC));
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), pairs));
   }
 
   /// `dot_n` (R = 1) and `dot2_n` (R = 2) for `kRowStep` formats: per row and vector, Σ u·hi and
@@ -273,12 +272,13 @@ struct RowKernel<Arch, F> {
   /// takes one `vpdpbusd` per block), for two rows one, so the registers hold 2·R·N·(3 − R) of them —
   /// combined per segment of kRowSegmentBlocks blocks into the lanes' exact Σ u·x16 = 256·Σ u·hi +
   /// Σ u·lo (int32 wrap-around is harmless: the segment's true lane sums fit), widened to int64 and
-  /// totalled across the lanes, four vectors at a time, into scalar int64 sums per (row, vector).
-  /// (Kept as int64 vectors across the segments, those R·N vectors pushed the block loop past the 32
-  /// vector registers: with GCC 12 it spilled accumulators every block.) The exact Σ q·x16 = Σ u·x16 −
-  /// offset·Σ x16 is scaled once (in double) by the vector's step and the row's scale; the tail columns
-  /// are fp32. out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result
-  /// is the same for every R and N.
+  /// totalled across the lanes, four vectors at a time, into one register of int64 sums per row and
+  /// four vectors (R · ⌈N/4⌉ registers across the segments; the 8-lane int64 vectors of every (row,
+  /// vector), kept instead, pushed the block loop past the 32 vector registers: with GCC 12 it spilled
+  /// accumulators every block). The exact Σ q·x16 = Σ u·x16 − offset·Σ x16 is scaled once (in double)
+  /// by the vector's step and the row's scale (`finish_rows4`); the tail columns are fp32.
+  /// out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result is the
+  /// same for every R and N.
   /// With kTail = false the fp32 tail columns are left out (`dot_rows_1` adds them 16 rows at a time).
   template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows(const QuantizedView<F>& v, std::size_t r, const Activation* a,
@@ -287,7 +287,9 @@ struct RowKernel<Arch, F> {
     constexpr std::size_t A = R == 1 ? 2 : 1;    // accumulators per plane
     constexpr std::size_t NP = (N + 3) / 4 * 4;  // vectors padded to the transposing tree's 4
     const std::size_t blocks = a[0].blocks;
-    std::int64_t exact[R][NP] = {};  // totals of the segments so far (scalars: see above)
+    __m256i exact[R][NP / 4];  // totals of the segments so far, four vectors per register (see above)
+    for (std::size_t i = 0; i < R; ++i)
+      for (std::size_t q = 0; q < NP / 4; ++q) exact[i][q] = _mm256_setzero_si256();
     for (std::size_t b0 = 0; b0 < blocks; b0 += kRowSegmentBlocks) {
       const std::size_t b1 = b0 + kRowSegmentBlocks < blocks ? b0 + kRowSegmentBlocks : blocks;
       __m512i h[R][N][A], l[R][N][A];
@@ -323,21 +325,42 @@ struct RowKernel<Arch, F> {
           }
           wide[j] = widen_pairs(_mm512_add_epi32(_mm512_slli_epi32(hs, 8), ls));
         }
-        for (std::size_t j = 0; j < NP; j += 4) {
-          std::int64_t part[4];
-          lane_totals4(wide[j], wide[j + 1], wide[j + 2], wide[j + 3], part);
-          for (std::size_t q = 0; q < 4; ++q) exact[i][j + q] += part[q];
-        }
+        for (std::size_t j = 0; j < NP; j += 4)
+          exact[i][j / 4] = _mm256_add_epi64(exact[i][j / 4], lane_totals4(wide[j], wide[j + 1], wide[j + 2], wide[j + 3]));
       }
     }
-    for (std::size_t i = 0; i < R; ++i)
-      for (std::size_t j = 0; j < N; ++j)
-        out[i * N + j] = finish_row_step<kTail>(v, r + i, exact[i][j] + a[j].corr_row, a[j]);
+    if constexpr (N % 4 != 0) {
+      // fewer than four vectors (a product of one vector takes this path row after row): scalar, which
+      // measured faster there (512 × 1024 int8-row from cache, 61 vs 43 G weights/s with the vector one)
+      for (std::size_t i = 0; i < R; ++i) {
+        alignas(32) std::int64_t sums[NP];
+        for (std::size_t j = 0; j < NP; j += 4) _mm256_store_si256(reinterpret_cast<__m256i*>(sums + j), exact[i][j / 4]);
+        for (std::size_t j = 0; j < N; ++j) out[i * N + j] = finish_row_step<kTail>(v, r + i, sums[j] + a[j].corr_row, a[j]);
+      }
+    } else {
+      for (std::size_t j = 0; j < N; j += 4) {
+        // the four vectors' corrections and steps, through memory: built from scalars in registers
+        // (_mm256_set_*), GCC 12 hoisted them above the block loop and spilled accumulators there
+        alignas(32) std::int64_t corr[4];
+        alignas(32) double step[4];
+        for (std::size_t q = 0; q < 4; ++q) {
+          corr[q] = a[j + q].corr_row;
+          step[q] = a[j + q].blocks > 0 ? static_cast<double>(a[j + q].sx[0]) : 0.0;
+        }
+        const __m256i c = _mm256_load_si256(reinterpret_cast<const __m256i*>(corr));
+        const __m256d st = _mm256_load_pd(step);
+        for (std::size_t i = 0; i < R; ++i) finish_rows4(v, r + i, _mm256_add_epi64(exact[i][j / 4], c), st, out + i * N + j);
+      }
+      if (kTail && a[0].blocks * B < v.cols)
+        for (std::size_t i = 0; i < R; ++i)
+          for (std::size_t j = 0; j < N; ++j)
+            out[i * N + j] = add_tail(out[i * N + j], v, r + i, v.row(r + i), a[j].blocks * B, v.cols, a[j].x);
+    }
   }
 
   /// Row r · a for a `kRowStep` format from the exact Σ q·x16 over the full blocks: scaled once (in
-  /// double) by a's step and the row's scale, plus the fp32 tail columns. `amx_finish_row`
-  /// (quant/amx.hpp) is its 16-vector twin for the AMX tiles: the same arithmetic, the same bits.
+  /// double) by a's step and the row's scale, plus the fp32 tail columns (products of fewer than four
+  /// vectors; `finish_rows4` does four at a time with the same arithmetic).
   template <bool kTail = true>
   [[gnu::always_inline]] static float finish_row_step(const QuantizedView<F>& v, std::size_t r, std::int64_t qx,
                                                       const Activation& a) noexcept {
@@ -347,6 +370,19 @@ struct RowKernel<Arch, F> {
     float total = static_cast<float>(static_cast<double>(qx) * step * static_cast<double>(s));
     if (kTail && a.blocks * B < v.cols) total = add_tail(total, v, r, v.row(r), a.blocks * B, v.cols, a.x);
     return total;
+  }
+
+  /// Row r · a[q] for four vectors of a `kRowStep` format, from their exact Σ q·x16 over the full
+  /// blocks (lane q of `qx`: Σ u·x16 + a[q].corr_row) and their fixed-point steps (lane q of `step`:
+  /// a[q]'s, 0 when the row has no full block), into out[0 … 4), without the fp32 tail columns:
+  ///   out[q] = fp32(double(qx_q) · step_q · double(row scale))
+  /// (the two products in double in this order, one rounding to fp32): `finish_row_step`'s arithmetic,
+  /// four vectors per instruction, each lane's operations those of the scalar expression, so the same
+  /// bits. `amx_finish_row` (quant/amx.hpp) is its 16-vector twin for the AMX tiles.
+  [[gnu::always_inline]] static void finish_rows4(const QuantizedView<F>& v, std::size_t r, __m256i qx, __m256d step,
+                                                  float* out) noexcept {
+    const __m256d s = _mm256_set1_pd(static_cast<double>(to_float(v.row_scales(r)[0])));
+    _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_mul_pd(_mm256_cvtepi64_pd(qx), step), s)));
   }
 
   /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit (every format
