@@ -134,7 +134,8 @@ inline constexpr const char* kModelWeightsHelp =
 /// The weights `weights` names (see the file comment), built without holding more than they need:
 /// a GGUF file in its own formats never becomes an fp32 model, a re-quantized one never holds it
 /// beside the quantized one (`requantized_weights`), and fp32 weights are read into their layers (a
-/// GGUF tensor directly, a llama2.c matrix through one scratch matrix), never the whole file beside them. `value_error` ("--weights: …") for an unknown name, before any weight is read.
+/// GGUF tensor directly, a llama2.c matrix through one scratch matrix), never the whole file beside
+/// them. `value_error` ("--weights: …") for an unknown name, before any weight is read.
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> model_weights(const ModelFile& m, std::string_view weights,
                                                                        std::pmr::memory_resource* mr) {
   if (weights == "file" && m.is_gguf()) return m.gguf_weights(mr);
