@@ -14,12 +14,15 @@
 // probe bandwidth on the same thread count), bits_per_weight; BM_decode_0_5B also of_probe_paired
 // (the median over passes of the pass's bandwidth / a 256 MiB probe pass run just before it: robust
 // to the host's bandwidth drifting during the run) and paired_probe_GBps (those probe passes' median).
+// Schemes: fp32 (Eigen), absmax int8 / int4 per tensor / row / group, ggml's Q4_0 / Q8_0, NF4, and
+// int8_g32_offset (scale and offset per group of 32: how the examples hold GGUF's Q4_1 / Q4_K).
 // JSON: --benchmark_format=json.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -36,6 +39,7 @@
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/nf4.hpp"
+#include "barato/quant/offset_linear.hpp"
 #include "dram_probe.hpp"
 #include "timing.hpp"
 
@@ -116,6 +120,35 @@ struct QuantLayer {
   [[nodiscard]] std::size_t bytes() const { return lin.bytes(); }
   void apply(const float* x, float* y, int threads) const {
     lin.apply(std::span<const float>(x, lin.cols()), std::span<float>(y, lin.rows()), threads);
+  }
+};
+
+/// Asymmetric groups of 32 as the examples load GGUF's Q4_1 / Q4_K (quant::OffsetLinear: int8 codes
+/// 0…15, fp32 scale and offset per group): w ≈ s·q + o with o = the group's min, s = range / 15.
+struct OffsetG32 {
+  using F = quant::AbsMax<8, quant::PerGroup<32>, float>;
+  std::optional<quant::OffsetLinear<F>> lin;
+  OffsetG32(std::size_t rows, std::size_t cols, std::span<const float> v) {
+    const std::size_t groups = (cols + 31) / 32;
+    Buffer<std::uint8_t> codes(rows * cols);
+    Buffer<float> scales(rows * groups);
+    std::vector<float> offsets(rows * groups);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t g = 0; g < groups; ++g) {
+        const std::size_t j0 = g * 32, j1 = std::min(cols, j0 + 32);
+        const auto [lo, hi] = std::minmax_element(v.begin() + static_cast<std::ptrdiff_t>(r * cols + j0),
+                                                  v.begin() + static_cast<std::ptrdiff_t>(r * cols + j1));
+        const float s = (*hi - *lo) / 15.0f;
+        scales[r * groups + g] = s;
+        offsets[r * groups + g] = *lo;
+        for (std::size_t j = j0; j < j1; ++j)
+          codes[r * cols + j] = static_cast<std::uint8_t>(s > 0 ? std::min(15.0f, std::round((v[r * cols + j] - *lo) / s)) : 0.0f);
+      }
+    lin.emplace(quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), offsets);
+  }
+  [[nodiscard]] std::size_t bytes() const { return lin->bytes(); }
+  void apply(const float* x, float* y, int threads) const {
+    lin->apply(std::span<const float>(x, lin->cols()), std::span<float>(y, lin->rows()), threads);
   }
 };
 
@@ -252,6 +285,7 @@ int main(int argc, char** argv) {
   register_scheme<Int8Row>("int8_row");
   register_scheme<Int8G32>("int8_g32_fp32scale");
   register_scheme<Int8G16>("int8_g16_fp32scale");
+  register_scheme<OffsetG32>("int8_g32_offset");
   register_scheme<Int4Tensor>("int4_tensor");
   register_scheme<Int4Row>("int4_row");
   register_scheme<Int4G128>("int4_g128");

@@ -8,7 +8,9 @@
 /// of 256). The IQ types (lattice codebooks) are not: a file holding one is an error naming it.
 /// The types whose values are a scale times a small integer, with no offset — Q5_0, Q3_K, Q6_K — can
 /// also be read as those integers and scales (`ggml_to_int_groups`), which barato's int8 group formats
-/// hold exactly; each fp32 decoder of them is that product.
+/// hold exactly; each fp32 decoder of them is that product. The types whose values add a per-group
+/// offset — Q4_1, Q5_1, Q2_K, Q4_K, Q5_K — can be read as integers, scales and offsets
+/// (`ggml_to_offset_groups`), which `quant::OffsetLinear` over an int8 group format holds exactly.
 ///
 /// **Exactness.** Each value equals ggml's `dequantize_row_*` for the same block bit for bit: every
 /// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits) has at
@@ -292,6 +294,81 @@ struct IntCodec {
   }
 }
 
+/// The blocks whose values add a per-group offset to a scale times a small unsigned integer
+/// (x = s·q + o): Q4_1 / Q5_1 (s = d, o = m, groups of 32), Q4_K / Q5_K (s = d·sc, o = −dmin·m,
+/// sub-blocks of 32), Q2_K (s = d·sc, o = −dmin·m, sub-blocks of 16). Every s·q is exact in fp32
+/// (an fp16 times at most 6 + 5 bits of integers), so s·q + o is the decoder's value bit for bit.
+inline void q4_1_offsets(const std::uint8_t* b, std::int8_t* q, float* s, float* o) noexcept {
+  s[0] = half(b);
+  o[0] = half(b + 2);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<std::int8_t>(b[4 + j] & 0x0F);
+    q[j + 16] = static_cast<std::int8_t>(b[4 + j] >> 4);
+  }
+}
+
+inline void q5_1_offsets(const std::uint8_t* b, std::int8_t* q, float* s, float* o) noexcept {
+  s[0] = half(b);
+  o[0] = half(b + 2);
+  int c[32];
+  q5_codes(u32(b + 4), b + 8, c);
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<std::int8_t>(c[j]);
+}
+
+inline void q2_k_offsets(const std::uint8_t* b, std::int8_t* q, float* s, float* o) noexcept {
+  const std::uint8_t* scales = b;
+  const std::uint8_t* qs = b + 16;
+  const float d = half(b + 80), dmin = half(b + 82);
+  for (int n = 0; n < 2; ++n)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {  // sub-block g = 8n + 2j + h: elements 16g … 16g + 15
+        const int g = 8 * n + 2 * j + h;
+        s[g] = d * fl(scales[g] & 0x0F);
+        o[g] = -(dmin * fl(scales[g] >> 4));
+        for (int l = 0; l < 16; ++l) q[16 * g + l] = static_cast<std::int8_t>((qs[32 * n + 16 * h + l] >> (2 * j)) & 3);
+      }
+}
+
+template <bool Fifth>
+inline void k4_offsets(const std::uint8_t* b, std::int8_t* q, float* s, float* o) noexcept {
+  const float d = half(b), dmin = half(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* qh = b + 16;
+  const std::uint8_t* qs = Fifth ? b + 48 : b + 16;
+  for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < 2; ++h) {  // sub-block g = 2j + h: elements 32g … 32g + 31
+      const int g = 2 * j + h;
+      int sc, m;
+      k4_scale_min(g, scales, sc, m);
+      s[g] = d * fl(sc);
+      o[g] = -(dmin * fl(m));
+      for (int l = 0; l < 32; ++l) {
+        int c = h == 0 ? qs[32 * j + l] & 0x0F : qs[32 * j + l] >> 4;
+        if constexpr (Fifth) c |= ((qh[l] >> g) & 1) << 4;
+        q[32 * g + l] = static_cast<std::int8_t>(c);
+      }
+    }
+}
+
+/// The decoder of a block type with per-group offsets (above): `decode(block, q, s, o)` writes the
+/// block's integers and the scale and offset of each group of `group` consecutive elements.
+/// decode = null for the other types.
+struct OffsetCodec {
+  void (*decode)(const std::uint8_t*, std::int8_t*, float*, float*) = nullptr;
+  std::size_t group = 0;
+};
+
+[[nodiscard]] inline OffsetCodec offset_codec(std::uint32_t type) noexcept {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::q4_1: return {q4_1_offsets, 32};
+    case GgmlType::q5_1: return {q5_1_offsets, 32};
+    case GgmlType::q2_k: return {q2_k_offsets, 16};
+    case GgmlType::q4_k: return {k4_offsets<false>, 32};
+    case GgmlType::q5_k: return {k4_offsets<true>, 32};
+    default: return {};
+  }
+}
+
 /// Throws the `format_error` of block b when one of its fp16 scales is not finite.
 inline void check_scales(const std::uint8_t* blk, const Codec& c, std::size_t b, std::size_t block_bytes, std::uint32_t type,
                          std::string_view file, std::size_t file_offset) {
@@ -373,6 +450,42 @@ inline void ggml_to_int_groups(std::span<const std::byte> raw, std::uint32_t typ
     const std::uint8_t* blk = bytes + b * tr.block_bytes;
     ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
     ic.decode(blk, q.data() + b * tr.block, scales.data() + b * groups);
+  }
+}
+
+/// True when ggml type `type` holds a scale times a small unsigned integer plus an offset per group
+/// (Q4_1, Q5_1, Q4_K, Q5_K: groups of 32; Q2_K: 16): what `ggml_to_offset_groups` reads.
+[[nodiscard]] inline bool ggml_offset_groups(std::uint32_t type) noexcept { return ggml_blocks::offset_codec(type).decode != nullptr; }
+/// Elements per scale and offset of such a type (0 for the others).
+[[nodiscard]] inline std::size_t ggml_offset_group(std::uint32_t type) noexcept { return ggml_blocks::offset_codec(type).group; }
+
+/// The integers, group scales and group offsets of GGUF tensor data of a `ggml_offset_groups` type:
+/// `q` receives the product(ne) integers (0 … 2^bits − 1) in storage order, `scales` and `offsets` one
+/// each per `ggml_offset_group(type)` elements. Exact: scales[i / group] · q[i] + offsets[i / group] is
+/// `ggml_to_fp32`'s value i bit for bit (the product is exact, so one rounding either way). Errors as
+/// `ggml_to_fp32`.
+inline void ggml_to_offset_groups(std::span<const std::byte> raw, std::uint32_t type, std::span<const std::uint64_t> ne,
+                                  std::span<std::int8_t> q, std::span<float> scales, std::span<float> offsets,
+                                  std::string_view file = "<gguf>", std::size_t file_offset = 0) {
+  const ggml_blocks::OffsetCodec oc = ggml_blocks::offset_codec(type);
+  barato::require<barato::value_error>(oc.decode != nullptr, "ggml_to_offset_groups: ", ggml_type_name(type),
+                                       " is not a scale-times-integer-plus-offset type");
+  std::uint64_t n = 1;
+  for (const auto d : ne) n *= d;
+  GgmlTypeTraits tr;
+  barato::require<barato::value_error>(ggml_type_traits(type, tr), "ggml_to_offset_groups: unsupported ggml type ", type);
+  barato::require(q.size() == n && scales.size() == n / oc.group && offsets.size() == n / oc.group && !ne.empty() &&
+                      ne[0] % tr.block == 0 && raw.size() == n / tr.block * tr.block_bytes,
+                  "ggml_to_offset_groups: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
+                  " bytes, ", n, " integers, ", n / oc.group, " scales and offsets, got ", raw.size(), ", ", q.size(), ", ",
+                  scales.size(), " and ", offsets.size());
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
+  const ggml_blocks::Codec c = ggml_blocks::codec(type);
+  const std::size_t groups = tr.block / oc.group;  // per block
+  for (std::size_t b = 0; b < n / tr.block; ++b) {
+    const std::uint8_t* blk = bytes + b * tr.block_bytes;
+    ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
+    oc.decode(blk, q.data() + b * tr.block, scales.data() + b * groups, offsets.data() + b * groups);
   }
 }
 

@@ -1,6 +1,7 @@
 // gguf_llama.hpp's out-of-line part: `gguf_linear`, where every GGUF tensor type's layer is built,
-// and with it the kernels of quant::Linear<GgmlQ8_0 / GgmlQ4_0 / int8 groups of 32 and 16> and
-// nn::Dense<float / f16 / bf16> behind nn::AnyLinear. Compiled once (target barato_example_models)
+// and with it the kernels of quant::Linear<GgmlQ8_0 / GgmlQ4_0 / int8 groups of 32 and 16>,
+// quant::OffsetLinear<int8 groups of 32 and 16> and nn::Dense<float / f16 / bf16> behind
+// nn::AnyLinear. Compiled once (target barato_example_models)
 // instead of in every tool, tutorial and test that loads a model.
 
 #include "models/gguf_llama.hpp"
@@ -21,6 +22,7 @@
 #include "barato/quant/ggml.hpp"
 #include "barato/quant/ggml_blocks.hpp"
 #include "barato/quant/linear.hpp"
+#include "barato/quant/offset_linear.hpp"
 #include "models/ggml_dequant.hpp"
 #include "models/gguf.hpp"
 
@@ -51,6 +53,22 @@ barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::si
     // ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row
     if (ggml_int_group(t.type) == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
     return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
+  }
+  if (ggml_offset_groups(t.type)) {
+    // scale · integer + offset per group: int8 codes and fp32 scales as above, the offsets beside them
+    const auto offset_groups = [&](auto format) {
+      using F = decltype(format);
+      constexpr std::size_t G = F::granularity::kGroup;
+      barato::Buffer<std::uint8_t> codes(rows * cols, mr);
+      barato::Buffer<float> scales(rows * cols / G, mr);
+      barato::Buffer<float> offsets(rows * cols / G, mr);
+      ggml_to_offset_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()),
+                            scales.span(), offsets.span(), file, file_offset);
+      return barato::nn::AnyLinear(barato::quant::OffsetLinear<F>(
+          barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), offsets.span(), mr));
+    };
+    if (ggml_offset_group(t.type) == 32) return offset_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
+    return offset_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
   }
   // The rest is read straight into the layer's storage (no fp32 temporary: `gguf_dense_fp32` says
   // why): F16 / BF16 values as the file's own bits (the reader checked the tensor's size), the other

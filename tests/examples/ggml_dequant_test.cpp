@@ -17,6 +17,7 @@
 #include "barato/core/dtype.hpp"
 #include "barato/quant/absmax.hpp"
 #include "barato/quant/linear.hpp"
+#include "barato/quant/offset_linear.hpp"
 #include "models/generate.hpp"
 #include "models/ggml_dequant.hpp"
 #include "models/gguf.hpp"
@@ -132,6 +133,71 @@ TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose 
   CHECK(int_types == 3);
 }
 
+TEST_CASE("ggml dequant: Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K as integers, group scales and offsets: s·q + o is the fp32 value") {
+  Rng rng(20261206);
+  std::size_t offset_types = 0;
+  for (const GgmlType t : kBlockTypes) {
+    INFO(name(t));
+    const auto type = static_cast<std::uint32_t>(t);
+    GgmlTypeTraits tr;
+    REQUIRE(ggml_type_traits(type, tr));
+    const std::size_t n = 3 * tr.block;
+    const std::uint64_t ne[] = {n};
+    const bool offsets = t == GgmlType::q4_1 || t == GgmlType::q5_1 || t == GgmlType::q2_k || t == GgmlType::q4_k ||
+                         t == GgmlType::q5_k;
+    CHECK(ggml_offset_groups(type) == offsets);
+    CHECK(!(offsets && ggml_int_groups(type)));  // each block type has one integer reading at most
+    std::vector<std::int8_t> q(n);
+    if (!offsets) {
+      std::vector<float> s(n / 16), o(n / 16);
+      const std::vector<std::uint8_t> raw(3 * tr.block_bytes, 0);
+      CHECK_THROWS_AS(ggml_to_offset_groups(std::as_bytes(std::span(raw)), type, ne, q, s, o), barato::value_error);
+      continue;
+    }
+    ++offset_types;
+    const std::size_t g = ggml_offset_group(type);
+    CHECK(g == (t == GgmlType::q2_k ? 16u : 32u));
+    const int levels = t == GgmlType::q2_k ? 4 : (t == GgmlType::q5_1 || t == GgmlType::q5_k) ? 32 : 16;
+    std::vector<float> s(n / g), o(n / g);
+    std::vector<bool> seen(static_cast<std::size_t>(levels), false);
+    for (int draw = 0; draw < 100; ++draw) {
+      std::vector<std::uint8_t> bytes;
+      for (int k = 0; k < 3; ++k) {
+        const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
+        bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
+      }
+      ggml_to_offset_groups(std::as_bytes(std::span(bytes)), type, ne, q, s, o);
+      const auto want = decode(t, bytes, n);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        REQUIRE((q[i] >= 0 && q[i] < levels));
+        seen[static_cast<std::size_t>(q[i])] = true;
+        volatile float product = s[i / g] * static_cast<float>(q[i]);  // exact; one rounding in the add
+        bad += !same_bits(product + o[i / g], want[i]);
+      }
+      REQUIRE(bad == 0);
+    }
+    CHECK(std::count(seen.begin(), seen.end(), true) == levels);  // every code value was exercised
+    // sizes must agree; a non-finite scale or min names its block and byte offset
+    std::vector<float> short_o(n / g - 1);
+    const std::vector<std::uint8_t> zero(3 * tr.block_bytes, 0);
+    CHECK_THROWS_AS(ggml_to_offset_groups(std::as_bytes(std::span(zero)), type, ne, q, s, short_o), barato::shape_error);
+    for (std::size_t which = 0; which < 2; ++which) {
+      std::vector<std::uint8_t> bad = zero;
+      const std::size_t at = 2 * tr.block_bytes + ggml_blocks::codec(type).scales[which];
+      bad[at + 1] = 0x7E;  // NaN in the third block
+      try {
+        ggml_to_offset_groups(std::as_bytes(std::span(bad)), type, ne, q, s, o, "z.gguf", 96);
+        FAIL("no error");
+      } catch (const barato::format_error& e) {
+        CHECK(e.offset() == 96 + at);
+        CHECK(std::string(e.what()).find("block 2: scale") != std::string::npos);
+      }
+    }
+  }
+  CHECK(offset_types == 5);
+}
+
 TEST_CASE("ggml dequant: hand-made blocks give the values worked out by hand") {
   const std::uint16_t one = 0x3C00, half = 0x3800, two = 0x4000;  // 1.0, 0.5, 2.0
   {  // Q6_K: element 0 = d·sc0·((ql[0] & 15 | (qh[0] & 3) << 4) − 32); element 200 is in half 1 (l = 8, k = 2)
@@ -238,9 +304,12 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
   const auto native = load_gguf_llama(fk, ck);
   const auto fp32 = load_gguf_llama_fp32(fr, gguf_llama_config(fr, 0));
   // Q8_0 / Q4_0 matrices take ggml's kernels (8-bit activations); Q5_0 / Q3_K / Q6_K int8 codes with
-  // fp32 group scales (32 / 16), their exact values; every other type an fp32 Dense
+  // fp32 group scales (32 / 16), their exact values; Q4_1 / Q5_1 / Q4_K / Q5_K / Q2_K the same plus
+  // fp32 offsets per group (quant::OffsetLinear), their exact numbers; no block type an fp32 Dense
   using G32 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>>;
   using G16 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>>;
+  using O32 = barato::quant::OffsetLinear<barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>>;
+  using O16 = barato::quant::OffsetLinear<barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>>;
   const auto linear = [&](const std::string& t) -> const barato::nn::AnyLinear* {
     if (t == "output.weight") return &native.classifier;
     for (std::size_t i = 0; i < native.layers.size(); ++i) {
@@ -254,7 +323,7 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     }
     return nullptr;
   };
-  std::size_t dense = 0, expect_dense = 0, ints = 0;
+  std::size_t dense = 0, ints = 0, offsets = 0;
   for (const auto& entry : model.types) {
     const std::string& tname = entry.first;
     const GgmlType type = entry.second;
@@ -264,11 +333,29 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     REQUIRE(m != nullptr);
     dense += m->target<barato::nn::Dense<float>>() != nullptr;
     const bool int_groups = type == GgmlType::q5_0 || type == GgmlType::q3_k || type == GgmlType::q6_k;
-    expect_dense += !int_groups && type != GgmlType::q8_0 && type != GgmlType::q4_0;
-    if (!int_groups) continue;
-    ++ints;
     const auto want = gguf_tensor_fp32(*fk.tensor(tname));
     std::vector<float> got(want.size());
+    if (ggml_offset_groups(static_cast<std::uint32_t>(type))) {
+      ++offsets;
+      const auto check_offsets = [&](const auto* lin, std::size_t g, double bits) {
+        REQUIRE(lin != nullptr);
+        lin->codes().matrix().dequantize(got);  // s·q, exact
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          volatile float product = got[i];
+          got[i] = product + lin->offset(i / lin->cols(), i % lin->cols() / g);
+        }
+        CHECK(lin->bits_per_weight() == bits);
+        CHECK(lin->bytes() == barato_examples::gguf_linear_bytes(static_cast<std::uint32_t>(type), lin->rows(), lin->cols()));
+      };
+      if (type == GgmlType::q2_k)
+        check_offsets(m->target<O16>(), 16, 12.0);
+      else
+        check_offsets(m->target<O32>(), 32, 10.0);
+      CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end(), same_bits));  // the exact values
+      continue;
+    }
+    if (!int_groups) continue;
+    ++ints;
     if (type == GgmlType::q5_0) {
       REQUIRE(m->target<G32>() != nullptr);
       m->target<G32>()->matrix().dequantize(got);
@@ -280,9 +367,9 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     }
     CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end(), same_bits));  // the exact values
   }
-  CHECK(dense == expect_dense);
-  CHECK(expect_dense >= 5);
+  CHECK(dense == 0);
   CHECK(ints >= 3);
+  CHECK(offsets >= 5);
   // The fp32 path of the block file is the F32 file: the same greedy ids.
   const auto prompt = tok.encode("Once upon a time", true);
   CHECK(greedy_ids(load_gguf_llama_fp32(fk, ck), prompt, 40) == greedy_ids(fp32, prompt, 40));
