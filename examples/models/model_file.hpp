@@ -101,7 +101,8 @@ class ModelFile {
 /// The `--weights` help line of the tools.
 inline constexpr const char* kModelWeightsHelp =
     "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c;\n"
-    "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats) | fp32 (dequantized exactly) | int8-tensor |\n"
+    "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats, the other block types as their exact int8\n"
+    "integers with fp32 scales (and offsets: Q4_1/Q5_1/Q2_K/Q4_K/Q5_K)) | fp32 (dequantized exactly) | int8-tensor |\n"
     "int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 values at\n"
     "load time; q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)";
 
