@@ -158,6 +158,8 @@ TEST_CASE("quant::OffsetLinear: nothing allocated after reserve; sizes checked")
   Buffer<std::uint8_t> codes(rows * cols);
   Buffer<float> scales(rows * cols / 16);
   const std::vector<float> offsets(rows * cols / 16 - 1);
-  CHECK_THROWS_WITH_AS(OffsetLinear<F>(QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), offsets),
-                       doctest::Contains("expected 64 x 8 = 512 offsets"), shape_error);
+  QuantizedMatrix<F> m(rows, cols, std::move(codes), std::move(scales));
+  CHECK_THROWS_WITH_AS(OffsetLinear<F>(std::move(m), offsets), doctest::Contains("expected 64 x 8 = 512 offsets"), shape_error);
+  CHECK(m.rows() == rows);  // a failed construction leaves the matrix with its owner
+  CHECK(m.bytes() == rows * cols + rows * cols / 16 * sizeof(float));
 }

@@ -57,14 +57,11 @@ class OffsetLinear {
 
   /// Takes codes and scales (`m`) and the offsets, [rows, groups] row-major with groups =
   /// ceil(cols / G) (a last short group of a row has its own offset). Throws `shape_error` when the
-  /// offsets' size disagrees; `capacity_error` / std::bad_alloc from `mr` for their copy.
+  /// offsets' size disagrees; `capacity_error` / std::bad_alloc from `mr` for their copy. `m` is
+  /// moved from only once both succeeded.
   OffsetLinear(QuantizedMatrix<F>&& m, std::span<const float> offsets,
                std::pmr::memory_resource* mr = std::pmr::get_default_resource())
-      : groups_((m.cols() + kGroup - 1) / kGroup), codes_(check(m, offsets)), offsets_t_(groups_ * rows(), mr) {
-    // Stored transposed, [groups, rows]: the offset term runs over rows in vector lanes.
-    for (std::size_t r = 0; r < rows(); ++r)
-      for (std::size_t g = 0; g < groups_; ++g) offsets_t_[g * rows() + r] = offsets[r * groups_ + g];
-  }
+      : groups_((m.cols() + kGroup - 1) / kGroup), offsets_t_(transposed(m, offsets, mr)), codes_(std::move(m)) {}
 
   OffsetLinear(OffsetLinear&&) noexcept = default;
   OffsetLinear& operator=(OffsetLinear&&) noexcept = default;
@@ -101,12 +98,16 @@ class OffsetLinear {
   }
 
  private:
-  static QuantizedMatrix<F>&& check(QuantizedMatrix<F>& m, std::span<const float> offsets) {
-    const std::size_t groups = (m.cols() + kGroup - 1) / kGroup;
-    require(offsets.size() == m.rows() * groups, "quant::OffsetLinear: expected ", m.rows(), " x ", groups, " = ",
-            m.rows() * groups, " offsets for ", m.rows(), " x ", m.cols(), " weights in groups of ", kGroup, ", got ",
-            offsets.size());
-    return std::move(m);
+  /// The offsets checked and stored transposed, [groups, rows] (the offset term runs over rows in
+  /// vector lanes).
+  static Buffer<float> transposed(const QuantizedMatrix<F>& m, std::span<const float> offsets, std::pmr::memory_resource* mr) {
+    const std::size_t rows = m.rows(), groups = (m.cols() + kGroup - 1) / kGroup;
+    require(offsets.size() == rows * groups, "quant::OffsetLinear: expected ", rows, " x ", groups, " = ", rows * groups,
+            " offsets for ", rows, " x ", m.cols(), " weights in groups of ", kGroup, ", got ", offsets.size());
+    Buffer<float> t(rows * groups, mr);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t g = 0; g < groups; ++g) t[g * rows + r] = offsets[r * groups + g];
+    return t;
   }
 
   /// Y += the offset term (the file comment's second sum). The sizes were checked by the first sum.
@@ -151,8 +152,8 @@ class OffsetLinear {
   }
 
   std::size_t groups_ = 0;
-  Linear<F, Arch> codes_;
   Buffer<float> offsets_t_;  // [groups, rows]
+  Linear<F, Arch> codes_;
 };
 
 }  // namespace barato::quant
