@@ -47,6 +47,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "barato/core/error.hpp"
 #include "barato/quant/amx.hpp"
 #include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/fixed_point.hpp"
@@ -735,6 +736,19 @@ struct RowKernel<Arch, F> {
     const std::uint8_t* row = v.row(r);
     const auto* sc = v.row_scales(r);
     const std::size_t blocks = a[0].blocks;
+    // One pointer per vector: `bind` lays a vector's planes, corrections and steps out one after the
+    // other, so they sit at fixed distances from its high plane. Five pointers per vector (20 for
+    // N = 4) did not fit the general registers and were spilled and reloaded in the block loop.
+    const std::size_t lo_at = blocks * B, corr_at = 2 * blocks * B;  // bytes from hi
+    const std::size_t corr_lo_at = corr_at + blocks * 64, sx_at = corr_at + 2 * blocks * 64;
+    const std::int8_t* base[N];
+    for (std::size_t j = 0; j < N; ++j) {
+      base[j] = a[j].hi;
+      BARATO_ASSERT(a[j].blocks == blocks && a[j].lo == base[j] + lo_at &&
+                    reinterpret_cast<const std::int8_t*>(a[j].corr) == base[j] + corr_at &&
+                    reinterpret_cast<const std::int8_t*>(a[j].corr_lo) == base[j] + corr_lo_at &&
+                    reinterpret_cast<const std::int8_t*>(a[j].sx) == base[j] + sx_at);
+    }
     __m512 acc0[N], acc1[N];
     for (std::size_t j = 0; j < N; ++j) acc0[j] = acc1[j] = _mm512_setzero_ps();
     for (std::size_t b = 0; b < blocks; ++b) {  // two 64-column halves, each with its own scale lanes
@@ -770,13 +784,14 @@ struct RowKernel<Arch, F> {
                                     _mm512_set1_ps(to_float(sc[c0 / 32 + 1])));
         }
         for (std::size_t j = 0; j < N; ++j) {
-          const __m512i c_lo = _mm512_load_si512(a[j].corr_lo + b * 16);
-          const __m512i corr = half == 0 ? c_lo : _mm512_sub_epi32(_mm512_load_si512(a[j].corr + b * 16), c_lo);
-          const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(a[j].hi + c0));
-          const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(a[j].lo + c0));
+          const std::int8_t* p = base[j];
+          const float sx = *reinterpret_cast<const float*>(p + sx_at + 4 * b);
+          const __m512i c_lo = _mm512_load_si512(p + corr_lo_at + 64 * b);
+          const __m512i corr = half == 0 ? c_lo : _mm512_sub_epi32(_mm512_load_si512(p + corr_at + 64 * b), c_lo);
+          const __m512i dh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(p + c0));
+          const __m512i dl = _mm512_dpbusd_epi32(corr, u, _mm512_load_si512(p + lo_at + c0));
           const __m512i di = _mm512_add_epi32(_mm512_slli_epi32(dh, 8), dl);
-          const __m512 sv = kGroup == 64 ? _mm512_set1_ps(to_float(sc[c0 / 64]) * a[j].sx[b])
-                                         : _mm512_mul_ps(sw, _mm512_set1_ps(a[j].sx[b]));
+          const __m512 sv = kGroup == 64 ? _mm512_set1_ps(to_float(sc[c0 / 64]) * sx) : _mm512_mul_ps(sw, _mm512_set1_ps(sx));
           if (half == 1) acc1[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc1[j]);
           else acc0[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(di), sv, acc0[j]);
         }
