@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -381,6 +382,36 @@ inline void check_scales(const std::uint8_t* blk, const Codec& c, std::size_t b,
   }
 }
 
+
+/// The shared walk of `ggml_to_int_groups` and `ggml_to_offset_groups`: checks that `raw` holds the
+/// product(ne) elements of `type`, that `q` has one integer per element and each of `per_group` one
+/// value per `group` elements (`what` names the caller and `names` those arrays in the error), then
+/// checks every block's fp16 scales and calls `decode(block bytes, index of the block's first element)`.
+template <class Decode>
+inline void decode_int_blocks(std::string_view what, std::span<const std::byte> raw, std::uint32_t type,
+                              std::span<const std::uint64_t> ne, std::size_t q_size, std::size_t group,
+                              std::initializer_list<std::size_t> per_group, std::string_view names, std::string_view file,
+                              std::size_t file_offset, Decode&& decode) {
+  std::uint64_t n = 1;
+  for (const auto d : ne) n *= d;
+  GgmlTypeTraits tr;
+  barato::require<barato::value_error>(ggml_type_traits(type, tr), what, ": unsupported ggml type ", type);
+  bool sizes_ok = q_size == n && !ne.empty() && ne[0] % tr.block == 0 && raw.size() == n / tr.block * tr.block_bytes;
+  std::string got;
+  for (const std::size_t size : per_group) {
+    sizes_ok = sizes_ok && size == n / group;
+    got += ", " + std::to_string(size);
+  }
+  barato::require(sizes_ok, what, ": ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
+                  " bytes, ", n, " integers and ", n / group, " ", names, ", got ", raw.size(), ", ", q_size, got);
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
+  const Codec c = codec(type);
+  for (std::size_t b = 0; b < n / tr.block; ++b) {
+    const std::uint8_t* blk = bytes + b * tr.block_bytes;
+    check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
+    decode(blk, b * tr.block);
+  }
+}
 }  // namespace ggml_blocks
 
 /// The conversion point of GGUF tensor data to fp32: `raw` holds product(ne) elements of ggml type
@@ -435,22 +466,10 @@ inline void ggml_to_int_groups(std::span<const std::byte> raw, std::uint32_t typ
   const ggml_blocks::IntCodec ic = ggml_blocks::int_codec(type);
   barato::require<barato::value_error>(ic.decode != nullptr, "ggml_to_int_groups: ", ggml_type_name(type),
                                        " is not a scale-times-integer type");
-  std::uint64_t n = 1;
-  for (const auto d : ne) n *= d;
-  GgmlTypeTraits tr;
-  barato::require<barato::value_error>(ggml_type_traits(type, tr), "ggml_to_int_groups: unsupported ggml type ", type);
-  barato::require(q.size() == n && scales.size() == n / ic.group && !ne.empty() && ne[0] % tr.block == 0 &&
-                      raw.size() == n / tr.block * tr.block_bytes,
-                  "ggml_to_int_groups: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
-                  " bytes, ", n, " integers and ", n / ic.group, " scales, got ", raw.size(), ", ", q.size(), " and ", scales.size());
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
-  const ggml_blocks::Codec c = ggml_blocks::codec(type);
-  const std::size_t groups = tr.block / ic.group;  // scales per block
-  for (std::size_t b = 0; b < n / tr.block; ++b) {
-    const std::uint8_t* blk = bytes + b * tr.block_bytes;
-    ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
-    ic.decode(blk, q.data() + b * tr.block, scales.data() + b * groups);
-  }
+  ggml_blocks::decode_int_blocks("ggml_to_int_groups", raw, type, ne, q.size(), ic.group, {scales.size()}, "scales", file,
+                                 file_offset, [&](const std::uint8_t* blk, std::size_t i) {
+                                   ic.decode(blk, q.data() + i, scales.data() + i / ic.group);
+                                 });
 }
 
 /// True when ggml type `type` holds a scale times a small unsigned integer plus an offset per group
@@ -470,23 +489,10 @@ inline void ggml_to_offset_groups(std::span<const std::byte> raw, std::uint32_t 
   const ggml_blocks::OffsetCodec oc = ggml_blocks::offset_codec(type);
   barato::require<barato::value_error>(oc.decode != nullptr, "ggml_to_offset_groups: ", ggml_type_name(type),
                                        " is not a scale-times-integer-plus-offset type");
-  std::uint64_t n = 1;
-  for (const auto d : ne) n *= d;
-  GgmlTypeTraits tr;
-  barato::require<barato::value_error>(ggml_type_traits(type, tr), "ggml_to_offset_groups: unsupported ggml type ", type);
-  barato::require(q.size() == n && scales.size() == n / oc.group && offsets.size() == n / oc.group && !ne.empty() &&
-                      ne[0] % tr.block == 0 && raw.size() == n / tr.block * tr.block_bytes,
-                  "ggml_to_offset_groups: ", n, " elements of ", ggml_type_name(type), " need ", n / tr.block * tr.block_bytes,
-                  " bytes, ", n, " integers, ", n / oc.group, " scales and offsets, got ", raw.size(), ", ", q.size(), ", ",
-                  scales.size(), " and ", offsets.size());
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw.data());
-  const ggml_blocks::Codec c = ggml_blocks::codec(type);
-  const std::size_t groups = tr.block / oc.group;  // per block
-  for (std::size_t b = 0; b < n / tr.block; ++b) {
-    const std::uint8_t* blk = bytes + b * tr.block_bytes;
-    ggml_blocks::check_scales(blk, c, b, tr.block_bytes, type, file, file_offset);
-    oc.decode(blk, q.data() + b * tr.block, scales.data() + b * groups, offsets.data() + b * groups);
-  }
+  ggml_blocks::decode_int_blocks("ggml_to_offset_groups", raw, type, ne, q.size(), oc.group, {scales.size(), offsets.size()},
+                                 "scales and offsets", file, file_offset, [&](const std::uint8_t* blk, std::size_t i) {
+                                   oc.decode(blk, q.data() + i, scales.data() + i / oc.group, offsets.data() + i / oc.group);
+                                 });
 }
 
 }  // namespace barato_examples

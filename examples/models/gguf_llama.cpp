@@ -41,34 +41,29 @@ barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::si
     case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
     default: break;
   }
-  const auto int_groups = [&](auto format) {
+  // A scale times a small integer per group (Q5_0, Q3_K, Q6_K) → int8 codes, one byte each, and fp32
+  // scales; plus an offset per group (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) → the same with the offsets beside
+  // them. ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row.
+  const auto int_groups = [&](auto format, bool offsets) {
     using F = decltype(format);
-    barato::Buffer<std::uint8_t> codes(rows * cols, mr);  // int8 codes, one byte each (two's complement)
-    barato::Buffer<float> scales(rows * cols / F::granularity::kGroup, mr);
-    ggml_to_int_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()), scales.span(),
-                       file, file_offset);
-    return barato::nn::AnyLinear(barato::quant::Linear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales))));
+    constexpr std::size_t G = F::granularity::kGroup;
+    barato::Buffer<std::uint8_t> codes(rows * cols, mr);
+    barato::Buffer<float> scales(rows * cols / G, mr);
+    const std::span<std::int8_t> q(reinterpret_cast<std::int8_t*>(codes.data()), codes.size());
+    if (!offsets) {
+      ggml_to_int_groups(t.data, t.type, t.ne, q, scales.span(), file, file_offset);
+      return barato::nn::AnyLinear(barato::quant::Linear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales))));
+    }
+    barato::Buffer<float> o(rows * cols / G, mr);
+    ggml_to_offset_groups(t.data, t.type, t.ne, q, scales.span(), o.span(), file, file_offset);
+    return barato::nn::AnyLinear(barato::quant::OffsetLinear<F>(
+        barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), o.span(), mr));
   };
-  if (ggml_int_groups(t.type)) {
-    // ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row
-    if (ggml_int_group(t.type) == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
-    return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
-  }
-  if (ggml_offset_groups(t.type)) {
-    // scale · integer + offset per group: int8 codes and fp32 scales as above, the offsets beside them
-    const auto offset_groups = [&](auto format) {
-      using F = decltype(format);
-      constexpr std::size_t G = F::granularity::kGroup;
-      barato::Buffer<std::uint8_t> codes(rows * cols, mr);
-      barato::Buffer<float> scales(rows * cols / G, mr);
-      barato::Buffer<float> offsets(rows * cols / G, mr);
-      ggml_to_offset_groups(t.data, t.type, t.ne, std::span(reinterpret_cast<std::int8_t*>(codes.data()), codes.size()),
-                            scales.span(), offsets.span(), file, file_offset);
-      return barato::nn::AnyLinear(barato::quant::OffsetLinear<F>(
-          barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), offsets.span(), mr));
-    };
-    if (ggml_offset_group(t.type) == 32) return offset_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{});
-    return offset_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{});
+  const bool offsets = ggml_offset_groups(t.type);
+  if (offsets || ggml_int_groups(t.type)) {
+    const std::size_t group = offsets ? ggml_offset_group(t.type) : ggml_int_group(t.type);
+    if (group == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{}, offsets);
+    return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>{}, offsets);
   }
   // The rest is read straight into the layer's storage (no fp32 temporary: `gguf_dense_fp32` says
   // why): F16 / BF16 values as the file's own bits (the reader checked the tensor's size), the other
