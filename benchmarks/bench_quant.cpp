@@ -15,7 +15,8 @@
 // (the median over passes of the pass's bandwidth / a 256 MiB probe pass run just before it: robust
 // to the host's bandwidth drifting during the run) and paired_probe_GBps (those probe passes' median).
 // Schemes: fp32 (Eigen), absmax int8 / int4 per tensor / row / group, ggml's Q4_0 / Q8_0, NF4, and
-// int8_g32_offset (scale and offset per group of 32: how the examples hold GGUF's Q4_1 / Q4_K).
+// scale and offset per group of 32 over int8 codes (int8_g32_offset: how the examples hold GGUF's
+// Q5_1 / Q5_K) or Q4_0F32's 4-bit codes (q4_f32_offset: GGUF's Q4_1 / Q4_K).
 // JSON: --benchmark_format=json.
 #include <benchmark/benchmark.h>
 
@@ -123,14 +124,18 @@ struct QuantLayer {
   }
 };
 
-/// Asymmetric groups of 32 as the examples load GGUF's Q4_1 / Q4_K (quant::OffsetLinear: int8 codes
-/// 0…15, fp32 scale and offset per group): w ≈ s·q + o with o = the group's min, s = range / 15.
+/// Asymmetric groups of 32 as the examples load GGUF's offset types (quant::OffsetLinear): integers u
+/// 0…15 with an fp32 scale and offset per group, w ≈ s·u + lo (lo = the group's min, s = range / 15),
+/// held as F's codes: int8 codes u (Q5_1 / Q5_K's path; Q4_1 / Q4_K's before 2026-12-07) or Q4_0F32's
+/// centred 4-bit codes with the offset lo + 8s (Q4_1 / Q4_K's). The offset is lo − s · level(code 0).
+template <class F>
 struct OffsetG32 {
-  using F = quant::AbsMax<8, quant::PerGroup<32>, float>;
   std::optional<quant::OffsetLinear<F>> lin;
   OffsetG32(std::size_t rows, std::size_t cols, std::span<const float> v) {
+    using P = quant::packing_of<F>;
     const std::size_t groups = (cols + 31) / 32;
-    Buffer<std::uint8_t> codes(rows * cols);
+    Buffer<std::uint8_t> codes(rows * P::row_bytes(cols));
+    std::fill(codes.data(), codes.data() + codes.size(), std::uint8_t{0});
     Buffer<float> scales(rows * groups);
     std::vector<float> offsets(rows * groups);
     for (std::size_t r = 0; r < rows; ++r)
@@ -140,9 +145,10 @@ struct OffsetG32 {
                                                   v.begin() + static_cast<std::ptrdiff_t>(r * cols + j1));
         const float s = (*hi - *lo) / 15.0f;
         scales[r * groups + g] = s;
-        offsets[r * groups + g] = *lo;
+        offsets[r * groups + g] = *lo - s * F::level(0);
         for (std::size_t j = j0; j < j1; ++j)
-          codes[r * cols + j] = static_cast<std::uint8_t>(s > 0 ? std::min(15.0f, std::round((v[r * cols + j] - *lo) / s)) : 0.0f);
+          P::set(codes.data() + r * P::row_bytes(cols), j, cols,
+                 static_cast<std::uint8_t>(s > 0 ? std::min(15.0f, std::round((v[r * cols + j] - *lo) / s)) : 0.0f));
       }
     lin.emplace(quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), offsets);
   }
@@ -285,7 +291,8 @@ int main(int argc, char** argv) {
   register_scheme<Int8Row>("int8_row");
   register_scheme<Int8G32>("int8_g32_fp32scale");
   register_scheme<Int8G16>("int8_g16_fp32scale");
-  register_scheme<OffsetG32>("int8_g32_offset");
+  register_scheme<OffsetG32<AbsMax<8, PerGroup<32>, float>>>("int8_g32_offset");
+  register_scheme<OffsetG32<quant::Q4_0F32>>("q4_f32_offset");
   register_scheme<Int4Tensor>("int4_tensor");
   register_scheme<Int4Row>("int4_row");
   register_scheme<Int4G128>("int4_g128");

@@ -357,15 +357,16 @@ inline void k4_offsets(const std::uint8_t* b, std::int8_t* q, float* s, float* o
 struct OffsetCodec {
   void (*decode)(const std::uint8_t*, std::int8_t*, float*, float*) = nullptr;
   std::size_t group = 0;
+  unsigned bits = 0;  ///< the integers are 0 … 2^bits − 1
 };
 
 [[nodiscard]] inline OffsetCodec offset_codec(std::uint32_t type) noexcept {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::q4_1: return {q4_1_offsets, 32};
-    case GgmlType::q5_1: return {q5_1_offsets, 32};
-    case GgmlType::q2_k: return {q2_k_offsets, 16};
-    case GgmlType::q4_k: return {k4_offsets<false>, 32};
-    case GgmlType::q5_k: return {k4_offsets<true>, 32};
+    case GgmlType::q4_1: return {q4_1_offsets, 32, 4};
+    case GgmlType::q5_1: return {q5_1_offsets, 32, 5};
+    case GgmlType::q2_k: return {q2_k_offsets, 16, 2};
+    case GgmlType::q4_k: return {k4_offsets<false>, 32, 4};
+    case GgmlType::q5_k: return {k4_offsets<true>, 32, 5};
     default: return {};
   }
 }
@@ -477,6 +478,8 @@ inline void ggml_to_int_groups(std::span<const std::byte> raw, std::uint32_t typ
 [[nodiscard]] inline bool ggml_offset_groups(std::uint32_t type) noexcept { return ggml_blocks::offset_codec(type).decode != nullptr; }
 /// Elements per scale and offset of such a type (0 for the others).
 [[nodiscard]] inline std::size_t ggml_offset_group(std::uint32_t type) noexcept { return ggml_blocks::offset_codec(type).group; }
+/// Bits of such a type's integers (0 … 2^bits − 1): Q4_1 / Q4_K 4, Q5_1 / Q5_K 5, Q2_K 2 (0 for the others).
+[[nodiscard]] inline unsigned ggml_offset_bits(std::uint32_t type) noexcept { return ggml_blocks::offset_codec(type).bits; }
 
 /// The integers, group scales and group offsets of GGUF tensor data of a `ggml_offset_groups` type:
 /// `q` receives the product(ne) integers (0 … 2^bits − 1) in storage order, `scales` and `offsets` one

@@ -1,6 +1,6 @@
 // gguf_llama.hpp's out-of-line part: `gguf_linear`, where every GGUF tensor type's layer is built,
 // and with it the kernels of quant::Linear<GgmlQ8_0 / GgmlQ4_0 / int8 groups of 32 and 16>,
-// quant::OffsetLinear<int8 groups of 32 and 16> and nn::Dense<float / f16 / bf16> behind
+// quant::OffsetLinear<Q4_0F32 / int8 groups of 32 and 16> and nn::Dense<float / f16 / bf16> behind
 // nn::AnyLinear. Compiled once (target barato_example_models)
 // instead of in every tool, tutorial and test that loads a model.
 
@@ -60,6 +60,30 @@ barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::si
         barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), o.span(), mr));
   };
   const bool offsets = ggml_offset_groups(t.type);
+  if (offsets && ggml_offset_bits(t.type) == 4) {
+    // Q4_1 / Q4_K: 4-bit integers u with scale s and offset o per group of 32 → Q4_0F32's centred
+    // codes, s · u + o = s · (u − 8) + (o + 8s): ggml's 4-bit product on int8 activations (the codes'
+    // sum is then over −8 … 7, half the activation error of 0 … 15) at 6 bits per weight. The new
+    // offset o + 8s is rounded to fp32 once (8s is exact): the weights are the file's to within
+    // 2⁻²⁴ |o + 8s|.
+    using F = barato::quant::Q4_0F32;
+    const std::size_t n = rows * cols, groups = n / 32;
+    barato::Buffer<float> scales(groups, mr), o(groups, mr);
+    barato::Buffer<std::uint8_t> codes(n / 2, mr);
+    {
+      barato::Buffer<std::uint8_t> ints(n, mr);
+      ggml_to_offset_groups(t.data, t.type, t.ne, {reinterpret_cast<std::int8_t*>(ints.data()), n}, scales.span(), o.span(),
+                            file, file_offset);
+      for (std::size_t g = 0; g < groups; ++g) {  // F's split-nibble order: byte j = u_j | u_{j+16} << 4
+        const std::uint8_t* u = ints.data() + 32 * g;
+        std::uint8_t* b = codes.data() + 16 * g;
+        for (std::size_t j = 0; j < 16; ++j) b[j] = static_cast<std::uint8_t>(u[j] | u[j + 16] << 4);
+        o[g] += 8.0f * scales[g];
+      }
+    }
+    return barato::nn::AnyLinear(
+        barato::quant::OffsetLinear<F>(barato::quant::QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), o.span(), mr));
+  }
   if (offsets || ggml_int_groups(t.type)) {
     const std::size_t group = offsets ? ggml_offset_group(t.type) : ggml_int_group(t.type);
     if (group == 32) return int_groups(barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>{}, offsets);

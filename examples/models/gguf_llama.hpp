@@ -22,8 +22,9 @@
 /// precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 /
 /// GgmlQ4_0, loaded without requantizing); Q5_0, Q3_K and Q6_K become int8 codes with fp32 group
 /// scales (their exact values, `ggml_to_int_groups`); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (a per-group
-/// offset) become the same codes and scales plus fp32 offsets (quant::OffsetLinear,
-/// `ggml_to_offset_groups`; their exact values; `--weights` can re-quantize them).
+/// offset) become codes and scales plus fp32 offsets (quant::OffsetLinear, `ggml_to_offset_groups`;
+/// Q4_1 / Q4_K 4-bit codes with fp32 scales, quant::Q4_0F32, the others the int8 codes above;
+/// `--weights` can re-quantize them).
 
 #include <algorithm>
 #include <bit>
@@ -88,10 +89,12 @@ namespace barato_examples {
 /// scale times a small integer per group, `ggml_to_int_groups`) → quant::Linear of int8 codes with
 /// fp32 scales per group of 32 (Q5_0) or 16 (Q3_K, Q6_K): their exact values at 9 or 10 bits per
 /// weight, on the VNNI kernel (15-bit activations); Q4_1, Q5_1, Q4_K, Q5_K and Q2_K (a scale times a
-/// small unsigned integer plus an offset per group, `ggml_to_offset_groups`) → quant::OffsetLinear over
-/// the same int8 codes and fp32 scales with fp32 offsets per group of 32 (16 for Q2_K): their exact
-/// numbers at 10 (12) bits per weight, against the file's 4.5–6 (`--weights int4-g128`, `q4_0`, …
-/// re-quantize them).
+/// small unsigned integer plus an offset per group, `ggml_to_offset_groups`) → quant::OffsetLinear with
+/// fp32 offsets per group: Q4_1 / Q4_K over quant::Q4_0F32 (the 4-bit integers centred, u − 8, with
+/// fp32 scales; the offset o + 8s rounded to fp32 once; ggml's product on int8 activations) at 6 bits
+/// per weight, Q5_1 / Q5_K / Q2_K over the same int8 codes and fp32 scales as above per group of 32
+/// (16 for Q2_K), their exact numbers at 10 (12) bits per weight — against the file's 4.5–6
+/// (`--weights int4-g128`, `q4_0`, … re-quantize them).
 /// Defined in gguf_llama.cpp (the example models' compiled part, ARCHITECTURE.md): it instantiates
 /// the kernels of every format above, once for all the programs that load a GGUF model.
 [[nodiscard]] barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::size_t cols,
@@ -101,7 +104,7 @@ namespace barato_examples {
 /// Bytes `gguf_linear` holds for a [rows, cols] tensor of ggml type `type` (codes and scales; what
 /// its `bytes()` reports), from the type alone: nothing is read or converted. F32 and the block types
 /// without a barato format 4 per weight, F16 / BF16 2, Q8_0 34 and Q4_0 18 per 32, Q5_0 1 + 4/32,
-/// Q3_K / Q6_K 1 + 4/16, Q4_1 / Q5_1 / Q4_K / Q5_K 1 + 8/32, Q2_K 1 + 8/16.
+/// Q3_K / Q6_K 1 + 4/16, Q4_1 / Q4_K 1/2 + 8/32, Q5_1 / Q5_K 1 + 8/32, Q2_K 1 + 8/16.
 [[nodiscard]] inline std::size_t gguf_linear_bytes(std::uint32_t type, std::size_t rows, std::size_t cols) noexcept {
   const std::size_t n = rows * cols;
   switch (static_cast<GgmlType>(type)) {
@@ -112,7 +115,7 @@ namespace barato_examples {
     default: break;
   }
   if (ggml_int_groups(type)) return n + n / ggml_int_group(type) * sizeof(float);
-  if (ggml_offset_groups(type)) return n + 2 * (n / ggml_offset_group(type)) * sizeof(float);
+  if (ggml_offset_groups(type)) return (ggml_offset_bits(type) == 4 ? n / 2 : n) + 2 * (n / ggml_offset_group(type)) * sizeof(float);
   return n * sizeof(float);
 }
 

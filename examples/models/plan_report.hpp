@@ -62,7 +62,7 @@ namespace barato_examples {
 
 /// `--weights file`: the weights as the tools load a model file with `--weights file`, as the bits
 /// per parameter of `shape` they average: a GGUF file's tensors in their loaded formats
-/// (`gguf_llama_loaded_bytes`, from the tensor infos; e.g. Q4_K → 10 bits: codes, scales, offsets;
+/// (`gguf_llama_loaded_bytes`, from the tensor infos; e.g. Q4_K → 6 bits: 4-bit codes, fp32 scales and offsets;
 /// Q6_K → 10), a llama2.c checkpoint fp32; either way a tied classifier is a second copy of the embedding, as the loaders
 /// make it. `CliError` without --model.
 [[nodiscard]] inline barato::plan::WeightFormat file_weight_format(const std::string& model, const barato::plan::ModelShape& shape) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "barato/core/dtype.hpp"
 #include "barato/quant/absmax.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/quant/linear.hpp"
 #include "barato/quant/offset_linear.hpp"
 #include "models/generate.hpp"
@@ -305,11 +307,13 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
   const auto fp32 = load_gguf_llama_fp32(fr, gguf_llama_config(fr, 0));
   // Q8_0 / Q4_0 matrices take ggml's kernels (8-bit activations); Q5_0 / Q3_K / Q6_K int8 codes with
   // fp32 group scales (32 / 16), their exact values; Q4_1 / Q5_1 / Q4_K / Q5_K / Q2_K the same plus
-  // fp32 offsets per group (quant::OffsetLinear), their exact numbers; no block type an fp32 Dense
+  // fp32 offsets per group (quant::OffsetLinear), their exact numbers — except Q4_1 / Q4_K, held as
+  // Q4_0F32's centred 4-bit codes with the offset o + 8s rounded to fp32 once; no block type an fp32 Dense
   using G32 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>>;
   using G16 = barato::quant::Linear<barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>>;
   using O32 = barato::quant::OffsetLinear<barato::quant::AbsMax<8, barato::quant::PerGroup<32>, float>>;
   using O16 = barato::quant::OffsetLinear<barato::quant::AbsMax<8, barato::quant::PerGroup<16>, float>>;
+  using O4 = barato::quant::OffsetLinear<barato::quant::Q4_0F32>;
   const auto linear = [&](const std::string& t) -> const barato::nn::AnyLinear* {
     if (t == "output.weight") return &native.classifier;
     for (std::size_t i = 0; i < native.layers.size(); ++i) {
@@ -347,6 +351,18 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
         CHECK(lin->bits_per_weight() == bits);
         CHECK(lin->bytes() == barato_examples::gguf_linear_bytes(static_cast<std::uint32_t>(type), lin->rows(), lin->cols()));
       };
+      if (type == GgmlType::q4_1 || type == GgmlType::q4_k) {
+        const auto* lin = m->target<O4>();
+        check_offsets(lin, 32, 6.0);
+        // s·(u − 8) + fl(o + 8s) against the file's fl(s·u + o): the offset's rounding and the sum's
+        std::size_t off = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double o = std::fabs(double(lin->offset(i / lin->cols(), i % lin->cols() / 32)));
+          off += std::fabs(double(got[i]) - double(want[i])) > std::ldexp(o + std::fabs(double(want[i])), -23);
+        }
+        CHECK(off == 0);
+        continue;
+      }
       if (type == GgmlType::q2_k)
         check_offsets(m->target<O16>(), 16, 12.0);
       else

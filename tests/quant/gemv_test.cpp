@@ -76,12 +76,12 @@ void check_shapes() {
 TEST_CASE_TEMPLATE("quantized gemv equals the double reference for every format (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, Int8Group<128>, AbsMax<6, PerRow>,
                    Int8Group<64>, Int8Group<16>, Int8Group<16, float>, AbsMax<8, PerGroup<48>>, Int4PerTensor<>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>, AbsMax<4, PerGroup<48>>, AbsMax<4, PerGroup<40>>,
-                   AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
+                   AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   check_shapes<simd::DefaultArch, F>();
 }
 
 TEST_CASE_TEMPLATE("rows wider than 16384 columns (the old stack planes) take the same kernels", F, Int8PerRow<>,
-                   Int4Group<128>, Nf4<64>, Int8Group<32, float>, GgmlQ8_0, GgmlQ4_0) {
+                   Int4Group<128>, Nf4<64>, Int8Group<32, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   check_kernel<simd::DefaultArch, F>(3, 16512, 15);
 }
 
@@ -89,14 +89,14 @@ TEST_CASE_TEMPLATE("rows wider than 16384 columns (the old stack planes) take th
 // kernel itself over more formats and every arch).
 TEST_CASE_TEMPLATE("the portable xsimd kernel (portable arch) equals the double reference", F, Int8PerTensor<>,
                    Int8PerRow<>, AbsMax<8, PerGroup<32>, float>, AbsMax<6, PerRow>, Int4Group<128>, Int4Group<64>,
-                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, GgmlQ8_0, GgmlQ4_0) {
+                   AbsMax<4, PerGroup<40>>, AbsMax<3, PerRow>, AbsMax<2, PerGroup<32>>, Nf4<64>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   static_assert(std::string_view(RowKernel<barato::test::PortableArch, F>::kName) == "xsimd");
   check_shapes<barato::test::PortableArch, F>();
 }
 
 #if XSIMD_WITH_AVX2
 TEST_CASE_TEMPLATE("the portable xsimd kernel (AVX2 arch) equals the double reference", F, Int8PerRow<>,
-                   AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>, GgmlQ8_0, GgmlQ4_0) {
+                   AbsMax<8, PerGroup<32>, float>, Int4Group<128>, Int4PerTensor<>, Nf4<64>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   static_assert(std::string_view(RowKernel<xsimd::avx2, F>::kName) == "xsimd");
   check_shapes<xsimd::avx2, F>();
 }
@@ -181,14 +181,14 @@ void check_batch_invariance(std::size_t rows, std::size_t cols, unsigned seed, b
 TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or 2 threads (default arch kernels)", F,
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<16>, Int8Group<16, float>, Int8Group<32>,
                    AbsMax<8, PerGroup<32>, float>, Int8Group<64>, Int8Group<128>, AbsMax<8, PerGroup<48>>, Int4PerRow<>, Int4Group<32>, Int4Group<64>, Int4Group<128>,
-                   AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
+                   AbsMax<4, PerGroup<40>>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   check_batch_invariance<simd::DefaultArch, F>(272, 300, 21, true);  // 2 full 128-blocks + a 44-column tail; 2 threads from n ≈ 12
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 
 TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_1) give gemv_batch's bits", F,
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<128>, Int4PerRow<>, Int4Group<128>, AbsMax<4, PerGroup<256>, float>,
-                   Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0) {
+                   Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   // n = 1 against the batched kernels; every n of the sweep runs at 272 × 300 above (10 of these 11 formats)
   check_batch_invariance<simd::DefaultArch, F>(50, 64, 30, false, Sweep::sampled);   // all columns fp32 tail: three 16-row sets and 2 rows
   check_batch_invariance<simd::DefaultArch, F>(64, 172, 31, false, Sweep::sampled);  // stories260K's w2: one block + a 44-column tail
@@ -228,13 +228,13 @@ TEST_CASE_TEMPLATE("grouped formats: gemv_batch rows equal gemv bitwise over man
 }
 
 TEST_CASE_TEMPLATE("ggml formats: gemv_batch rows equal gemv bitwise at widths made of whole 32-column blocks", F,
-                   GgmlQ8_0, GgmlQ4_0) {
+                   GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   check_batch_invariance<simd::DefaultArch, F>(40, 448, 24);  // 3 full 128-blocks + 2 groups of 32
   check_batch_invariance<simd::DefaultArch, F>(33, 192, 25);  // stories260K-h192's FFN width: 128 + 64
 }
 
 TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise (portable kernels)", F, Int8PerRow<>, Int4Group<128>, Nf4<64>,
-                   GgmlQ8_0, GgmlQ4_0) {
+                   GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   check_batch_invariance<barato::test::PortableArch, F>(40, 172, 22);
 #if XSIMD_WITH_AVX2
   check_batch_invariance<xsimd::avx2, F>(40, 172, 23);

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -257,7 +258,7 @@ TEST_CASE_TEMPLATE("quantize_ggml_blocks and QuantizedMatrix equal the oracle by
   }
 }
 
-TEST_CASE_TEMPLATE("ggml formats: the error of a stored weight is within the stated bound", F, GgmlQ8_0, GgmlQ4_0) {
+TEST_CASE_TEMPLATE("ggml formats: the error of a stored weight is within the stated bound", F, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   const std::size_t rows = 16, cols = 256;
   const auto w = barato::test::quant_ref::normal_vector(rows * cols, 9, 0.05f);
   const QuantizedMatrix<F> m(rows, cols, w);
@@ -303,6 +304,36 @@ TEST_CASE_TEMPLATE("ggml formats: non-finite weights and scales past fp16 are va
   w[40] = 1e7f;  // d = 1e7 / 127 (or / 8) > 65504
   CHECK_THROWS_WITH_AS(quantize_ggml_blocks<F>(1, 64, w, out), doctest::Contains("block 1"), value_error);
   CHECK_THROWS_AS(QuantizedMatrix<F>(1, 64, w), value_error);
+}
+
+TEST_CASE("Q4_0F32: Q4_0's codes and rule with the scale d = m / −8 kept in fp32") {
+  for (const std::size_t cols : {std::size_t{256}, std::size_t{45}}) {
+    CAPTURE(cols);
+    const std::size_t rows = 9;
+    const auto w = barato::test::quant_ref::normal_vector(rows * cols, 17 + static_cast<unsigned>(cols), 0.05f);
+    const QuantizedMatrix<Q4_0F32> f(rows, cols, w);
+    const QuantizedMatrix<GgmlQ4_0> h(rows, cols, w);
+    CHECK(f.view().row_bytes == h.view().row_bytes);
+    CHECK(std::equal(f.view().codes, f.view().codes + rows * f.view().row_bytes, h.view().codes));  // the same codes
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t b = 0; b < (cols + 31) / 32; ++b) {
+        float m = 0.0f;  // the signed weight of largest magnitude, the first on ties
+        for (std::size_t j = 32 * b; j < std::min(cols, 32 * b + 32); ++j)
+          if (std::fabs(w[r * cols + j]) > std::fabs(m)) m = w[r * cols + j];
+        CHECK(f.view().row_scales(r)[b] == m / -8.0f);
+        CHECK(std::bit_cast<std::uint16_t>(from_float<f16>(f.view().row_scales(r)[b])) ==
+              std::bit_cast<std::uint16_t>(h.view().row_scales(r)[b]));
+      }
+  }
+  // a scale past fp16's range is held (GgmlQ4_0 refuses it)
+  std::vector<float> big(32, 1.0f);
+  big[3] = -1e7f;
+  const QuantizedMatrix<Q4_0F32> f(1, 32, big);
+  CHECK(f.view().row_scales(0)[0] == 1e7f / 8.0f);
+  std::vector<float> back(32);
+  f.dequantize(back);
+  CHECK(back[3] == -1e7f);
+  CHECK_THROWS_AS(QuantizedMatrix<GgmlQ4_0>(1, 32, big), value_error);
 }
 
 TEST_CASE("Q4_0 rounds x · id to fp32 before adding 8.5 (a fused multiply-add would truncate differently)") {

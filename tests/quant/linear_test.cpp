@@ -15,7 +15,7 @@ using namespace barato::quant;
 namespace ref = barato::test::quant_ref;
 
 TEST_CASE_TEMPLATE("quant::Linear is an nn::LinearLayer whose apply equals gemv over its matrix", F, Int8PerRow<>,
-                   Int4Group<128>, Nf4<64>, Int4PerTensor<>, GgmlQ8_0, GgmlQ4_0) {
+                   Int4Group<128>, Nf4<64>, Int4PerTensor<>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   static_assert(nn::LinearLayer<Linear<F>>);
   const std::size_t R = 96, C = 256;
   const auto w = ref::normal_vector(R * C, 3, 0.1f);

@@ -10,6 +10,7 @@
 
 #include "barato/core/memory.hpp"
 #include "barato/quant/absmax.hpp"
+#include "barato/quant/ggml.hpp"
 #include "barato/nn/linear_layer.hpp"
 #include "support/alloc_counter.hpp"
 #include "support/reference.hpp"
@@ -162,4 +163,58 @@ TEST_CASE("quant::OffsetLinear: nothing allocated after reserve; sizes checked")
   CHECK_THROWS_WITH_AS(OffsetLinear<F>(std::move(m), offsets), doctest::Contains("expected 64 x 8 = 512 offsets"), shape_error);
   CHECK(m.rows() == rows);  // a failed construction leaves the matrix with its owner
   CHECK(m.bytes() == rows * cols + rows * cols / 16 * sizeof(float));
+}
+
+TEST_CASE("quant::OffsetLinear over Q4_0F32: s·u + o held as s·(u − 8) + (o + 8s), ggml's int8-activation bound, batch invariant") {
+  // How the examples' GGUF loader holds Q4_1 / Q4_K: 4-bit integers u (0…15) centred as Q4_0F32 codes.
+  using F = Q4_0F32;
+  using P = packing_of<F>;
+  for (const std::size_t cols : {std::size_t{512}, std::size_t{160}, std::size_t{45}}) {  // chunks, a short group, a tail
+    CAPTURE(cols);
+    const std::size_t rows = 37, groups = (cols + 31) / 32;
+    OffsetWeights<F> w(rows, cols, 16, 41 + static_cast<unsigned>(cols));
+    Buffer<std::uint8_t> codes(rows * P::row_bytes(cols));
+    std::fill(codes.data(), codes.data() + codes.size(), std::uint8_t{0});
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j)
+        P::set(codes.data() + r * P::row_bytes(cols), j, cols, static_cast<std::uint8_t>(w.q[r * cols + j]));
+    Buffer<float> scales(rows * groups);
+    std::copy(w.scales.begin(), w.scales.end(), scales.data());
+    std::vector<float> moved(w.offsets.size());
+    for (std::size_t g = 0; g < moved.size(); ++g) moved[g] = w.offsets[g] + 8.0f * w.scales[g];
+    const OffsetLinear<F> lin(QuantizedMatrix<F>(rows, cols, std::move(codes), std::move(scales)), moved);
+    CHECK(lin.bytes() == rows * P::row_bytes(cols) + 2 * rows * groups * sizeof(float));
+    const std::size_t n_max = 9;
+    const auto x = barato::test::random_vector(n_max * cols, 43, -1.0f, 1.0f);
+    std::vector<float> alone(n_max * rows);
+    for (std::size_t t = 0; t < n_max; ++t)
+      lin.apply(std::span<const float>(x.data() + t * cols, cols), std::span<float>(alone.data() + t * rows, rows), 1);
+    for (std::size_t t = 0; t < n_max; ++t) {
+      const float* xt = x.data() + t * cols;
+      for (std::size_t r = 0; r < rows; ++r) {
+        double exact = 0, bound = 1e-7;
+        for (std::size_t j = 0; j < cols; ++j) {
+          const std::size_t g = r * groups + j / 32;
+          exact += w.weight(r, j) * xt[j];
+          double amax = 0;  // ggml's activation block of column j
+          for (std::size_t i = j / 32 * 32; i < std::min(cols, j / 32 * 32 + 32); ++i) amax = std::max(amax, double(std::fabs(xt[i])));
+          // |Δx_j| ≤ half a step amax / 127 plus the fp16 step's 2⁻¹¹, over the centred codes; fp32 sums and the
+          // offset's one rounding
+          bound += std::fabs(double(w.scales[g]) * (w.q[r * cols + j] - 8)) * amax * (0.5 / 127 + std::ldexp(1.0, -10)) +
+                   1e-6 * (std::fabs(w.weight(r, j) * xt[j]) + std::fabs(double(moved[g]) * xt[j]));
+        }
+        CAPTURE(t);
+        CAPTURE(r);
+        CHECK(std::fabs(double(alone[t * rows + r]) - exact) <= bound);
+      }
+    }
+    for (const int threads : {1, 2})
+      for (const std::size_t n : {std::size_t{2}, std::size_t{4}, std::size_t{5}, n_max}) {
+        CAPTURE(threads);
+        CAPTURE(n);
+        std::vector<float> y(n * rows);
+        lin.apply_batch(std::span<const float>(x.data(), n * cols), y, n, threads);
+        CHECK(std::equal(y.begin(), y.end(), alone.begin()));
+      }
+  }
 }

@@ -37,13 +37,13 @@ struct Prepared {
 };
 }  // namespace
 
-TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the double reference within the int8-activation bound", F, GgmlQ8_0, GgmlQ4_0) {
+TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the double reference within the int8-activation bound", F, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   using K = RowKernel<xsimd::avx512bw, F>;
   static_assert(std::string_view(K::kName) == "avx512-vnni-q8");
   ref::check_row_kernel_shapes<K, F>(171);
 }
 
-TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to fp32 summation order", F, GgmlQ8_0, GgmlQ4_0) {
+TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to fp32 summation order", F, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   using K = RowKernel<xsimd::avx512bw, F>;
   for (const std::size_t cols : {32u, 64u, 96u, 128u, 192u, 172u, 256u, 320u, 384u, 512u, 640u, 896u, 1000u, 1024u, 1152u, 4864u}) {
     CAPTURE(cols);
@@ -70,7 +70,7 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 kernel equals the scalar ggml reference up to
   }
 }
 
-TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_n<N>: every vector's result is bitwise its dot_n<1> result", F, GgmlQ8_0, GgmlQ4_0) {
+TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_n<N>: every vector's result is bitwise its dot_n<1> result", F, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   using K = RowKernel<xsimd::avx512bw, F>;
   for (const std::size_t cols : {64u, 172u, 320u, 384u, 512u, 1000u, 1152u}) {
     CAPTURE(cols);
@@ -99,7 +99,7 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_n<N>: every vector's result is bitwise it
 }
 
 TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps in the kernel's order, lane corrections", F,
-                   GgmlQ8_0, GgmlQ4_0) {
+                   GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   using K = RowKernel<xsimd::avx512bw, F>;
   for (const std::size_t cols : {32u, 64u, 128u, 200u, 1000u, 4864u}) {
     CAPTURE(cols);

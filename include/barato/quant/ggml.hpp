@@ -35,6 +35,9 @@
 /// its weights (ggml has no such block: the byte conversion requires cols % 32 == 0).
 /// Products: on VNNI machines these formats are multiplied as ggml multiplies them, with int8
 /// activations per 32 columns (quant/ggml_dot.hpp, quant/vnni_ggml.hpp).
+///
+/// **`Q4_0F32`** is Q4_0 with the scale kept in fp32 (d not rounded to fp16; 20 bytes per block): the
+/// same codes, order, rule and product, for scales fp16 cannot hold (see the type).
 /// Error of the stored weights: |x − x̂| ≤ |d|/2 (Q8_0) and ≤ |d| (Q4_0, whose clamp at 15 costs up to
 /// one step at −m) per weight, plus the fp16 rounding of d (≤ 2⁻¹¹ relative) times |q|.
 
@@ -80,6 +83,8 @@ struct GgmlQ8_0 : BlockFacts<PerGroup<32>, 8u, f16> {
   static constexpr std::string_view kName = "q8_0";
   /// Bytes of one block in ggml's layout: fp16 d + 32 codes.
   static constexpr std::size_t kGgmlBlockBytes = 34;
+  /// Products follow ggml's rule (quant/ggml_dot.hpp) and take its VNNI kernel.
+  static constexpr bool kGgmlProduct = true;
 
   /// The signed integer a code stands for.
   [[nodiscard]] static constexpr int integer(std::uint8_t code) noexcept { return static_cast<std::int8_t>(code); }
@@ -99,10 +104,12 @@ struct GgmlQ8_0 : BlockFacts<PerGroup<32>, 8u, f16> {
   }
 };
 
-/// ggml's Q4_0: 4-bit codes (q + 8) in ggml's split-nibble order, one fp16 scale per block of 32
-/// weights of a row (see the file comment).
-struct GgmlQ4_0 : BlockFacts<PerGroup<32>, 4u, f16> {
-  using scale_type = f16;
+namespace detail {
+/// Q4_0's codes, layout and rule with the block scale stored as S: `GgmlQ4_0` (fp16, ggml's) and
+/// `Q4_0F32` (fp32) share everything else.
+template <class S>
+struct Q4_0Rule : BlockFacts<PerGroup<32>, 4u, S> {
+  using scale_type = S;
   using granularity = PerGroup<32>;
   using packing = SplitNibblePacking<32>;
   static constexpr unsigned kBits = 4;
@@ -113,9 +120,8 @@ struct GgmlQ4_0 : BlockFacts<PerGroup<32>, 4u, f16> {
   /// |d| = |m| / 8 (the sign of d is the sign of −m).
   static constexpr float kScaleDivisor = 8.0f;
   static constexpr std::uint8_t kZeroCode = 8;
-  static constexpr std::string_view kName = "q4_0";
-  /// Bytes of one block in ggml's layout: fp16 d + 16 bytes of nibbles.
-  static constexpr std::size_t kGgmlBlockBytes = 18;
+  /// Products follow ggml's rule (quant/ggml_dot.hpp) and take its VNNI kernel.
+  static constexpr bool kGgmlProduct = true;
 
   /// The signed integer a code stands for: u − 8.
   [[nodiscard]] static constexpr int integer(std::uint8_t code) noexcept { return static_cast<int>(code & 15u) - kOffset; }
@@ -127,8 +133,8 @@ struct GgmlQ4_0 : BlockFacts<PerGroup<32>, 4u, f16> {
     return static_cast<std::uint8_t>((u < 15 ? u : 15) & 15);
   }
 
-  /// ggml's rule for one block of n ≤ 32 weights: writes n codes, returns fp16(d). O(n).
-  static f16 quantize_group(const float* x, std::size_t n, std::uint8_t* codes) noexcept {
+  /// ggml's rule for one block of n ≤ 32 weights: writes n codes, returns d stored as S. O(n).
+  static S quantize_group(const float* x, std::size_t n, std::uint8_t* codes) noexcept {
     float amax = 0.0f, m = 0.0f;
     for (std::size_t j = 0; j < n; ++j)
       if (amax < std::fabs(x[j])) {  // strict: the first of equal magnitudes wins
@@ -137,14 +143,34 @@ struct GgmlQ4_0 : BlockFacts<PerGroup<32>, 4u, f16> {
       }
     const float d = m / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (std::size_t j = 0; j < n; ++j) codes[j] = encode(detail::ggml_product(x[j], id));
-    return from_float<f16>(d);
+    for (std::size_t j = 0; j < n; ++j) codes[j] = encode(ggml_product(x[j], id));
+    return from_float<S>(d);
   }
 };
+}  // namespace detail
 
-static_assert(Format<GgmlQ8_0> && QuantizesGroups<GgmlQ8_0> && Format<GgmlQ4_0> && QuantizesGroups<GgmlQ4_0>);
+/// ggml's Q4_0: 4-bit codes (q + 8) in ggml's split-nibble order, one fp16 scale per block of 32
+/// weights of a row (see the file comment).
+struct GgmlQ4_0 : detail::Q4_0Rule<f16> {
+  static constexpr std::string_view kName = "q4_0";
+  /// Bytes of one block in ggml's layout: fp16 d + 16 bytes of nibbles.
+  static constexpr std::size_t kGgmlBlockBytes = 18;
+};
+
+/// Q4_0 with its scale kept in fp32: the same codes, nibble order, rule (d unrounded) and product
+/// (ggml's, on int8 activations; quant/vnni_ggml.hpp), 5 bits per weight instead of 4.5. For scales
+/// that fp16 cannot hold: a k-quant's d · sc (an fp16 times a 6-bit integer) is exact in fp32 only,
+/// so the examples' GGUF loader keeps the 4-bit groups of Q4_1 / Q4_K in this format under
+/// `quant::OffsetLinear`. Not a ggml block type (no byte conversion; `GgmlBlockFormat` excludes it).
+struct Q4_0F32 : detail::Q4_0Rule<float> {
+  static constexpr std::string_view kName = "q4_0-f32";
+};
+
+static_assert(Format<GgmlQ8_0> && QuantizesGroups<GgmlQ8_0> && Format<GgmlQ4_0> && QuantizesGroups<GgmlQ4_0> &&
+              Format<Q4_0F32> && QuantizesGroups<Q4_0F32>);
 static_assert(GgmlQ8_0::kBytesPerBlock == GgmlQ8_0::kGgmlBlockBytes && GgmlQ8_0::kBitsPerWeight == 8.5);
 static_assert(GgmlQ4_0::kBytesPerBlock == GgmlQ4_0::kGgmlBlockBytes && GgmlQ4_0::kBitsPerWeight == 4.5);
+static_assert(Q4_0F32::kBytesPerBlock == 20 && Q4_0F32::kBitsPerWeight == 5.0);
 static_assert(GgmlQ4_0::level(GgmlQ4_0::kZeroCode) == 0.0f && GgmlQ8_0::level(GgmlQ8_0::kZeroCode) == 0.0f);
 static_assert(std::is_same_v<packing_of<GgmlQ4_0>, SplitNibblePacking<32>> &&
               std::is_same_v<packing_of<GgmlQ8_0>, CodePacking<8>>);

@@ -2,7 +2,8 @@
 /// \file
 /// How ggml multiplies its Q8_0 / Q4_0 weights (quant/ggml.hpp) into an activation vector, as scalar
 /// reference code: the activation is itself quantized to Q8_0 blocks of 32 columns, each block's dot
-/// product is an exact integer, and the integer is scaled by the two blocks' fp16 scales. The VNNI
+/// product is an exact integer, and the integer is scaled by the two blocks' scales (fp16; fp32 for
+/// `Q4_0F32`). The VNNI
 /// kernel for these formats (quant/vnni_ggml.hpp) computes the same integers; this file is its oracle
 /// and its tail code. So a GGUF model's quantized matrices give, block for block, the integer sums
 /// llama.cpp's CPU backend computes (its `vec_dot_q4_0_q8_0` / `vec_dot_q8_0_q8_0`); only the order
@@ -32,10 +33,10 @@ namespace barato::quant {
 /// Columns per activation block of ggml's Q8_0 rule (and per weight block of Q8_0 / Q4_0).
 inline constexpr std::size_t kGgmlBlock = 32;
 
-/// Formats whose products follow ggml's rule (this file): those that declare ggml's block bytes
-/// (GgmlQ8_0, GgmlQ4_0).
+/// Formats whose products follow ggml's rule (this file): those that say so by `kGgmlProduct`
+/// (GgmlQ8_0, GgmlQ4_0, and Q4_0F32 — Q4_0 with fp32 scales).
 template <class F>
-concept GgmlDotFormat = Format<F> && requires { F::kGgmlBlockBytes; } && F::granularity::kGroup == kGgmlBlock;
+concept GgmlDotFormat = Format<F> && requires { requires F::kGgmlProduct; } && F::granularity::kGroup == kGgmlBlock;
 
 /// The step D of an activation block whose largest |x| is amax: float(fp16(amax / 127)), or amax / 127
 /// itself where fp16 overflows (see the file comment).

@@ -22,9 +22,11 @@
 /// (the `LinearLayer` rule; `quant::Linear` keeps it for the first sum).
 ///
 /// Error against the exact product with these weights: the first sum's (the format's activation
-/// quantization, quant/gemv.hpp — for the int8 group formats 15-bit activations) plus fp32 rounding of
-/// the offset term. Note the first sum runs over the *uncentred* codes (for Q4_K 0…15, not −8…7), so its
-/// activation error is up to twice that of a symmetric format's codes of the same range.
+/// quantization, quant/gemv.hpp — for the int8 group formats 15-bit activations, for Q4_0F32 ggml's int8
+/// per 32 columns) plus fp32 rounding of the offset term. The activation error scales with the codes'
+/// levels, so centred codes halve it: s · u + o with u in 0…15 is better held as s · (u − 8) + (o + 8s)
+/// in a symmetric 4-bit format (what the examples' GGUF loader does for Q4_1 / Q4_K with Q4_0F32) than
+/// as uncentred int8 codes.
 ///
 /// Storage: `bytes()` = the codes and scales of the `Linear<F>` + 4 bytes per group for the offsets.
 

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The AVX-512 VNNI row kernel for ggml's Q8_0 and Q4_0 (quant/ggml.hpp), computing ggml's product
+/// The AVX-512 VNNI row kernel for ggml's Q8_0 and Q4_0 (and Q4_0F32; quant/ggml.hpp), computing ggml's product
 /// (quant/ggml_dot.hpp): the activation is quantized once per call to int8 Q8_0 blocks of 32 columns
 /// (`prepare`), each block's sum Σ integer(w)·q is exact in int32, and it is scaled by
 /// fp32(weight scale · activation step). One `vpdpbusd` multiplies 64 weight bytes by 64 activation
@@ -15,7 +15,7 @@
 /// the codes in that order), for Q8_0 2 blocks (lanes 8g…8g+7).
 ///
 /// Scaling. Chunks go in groups of 16 blocks (4 for Q4_0, 8 for Q8_0; their fp16 weight scales
-/// converted by one `vcvtph2ps`). Per vector, each chunk's 16 int32 lane sums are added up per block by
+/// converted by one `vcvtph2ps`, Q4_0F32's fp32 scales loaded as they are). Per vector, each chunk's 16 int32 lane sums are added up per block by
 /// unpack-and-add steps across the group (`group_sums`; exact), plus the block's −offset · Σ q, then
 /// converted once and multiplied by weight scale × activation step in one FMA: one conversion,
 /// multiply and FMA per 16 blocks, and one 16-lane vector of corrections and of steps per group, where
@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "barato/quant/avx512_tails.hpp"
 #include "barato/quant/format.hpp"
@@ -204,15 +205,19 @@ struct RowKernel<Arch, F> {
       for (std::size_t j = 0; j < N; ++j) pairs[j] = pair_sums(pairs[j], _mm512_setzero_si512());
     }
   }
-  /// The fp16 weight scales of the M · kBlocksPerChunk blocks from chunk k on, in fp32, in block order
-  /// (the other lanes 0).
+  /// The weight scales (fp16, or fp32 for Q4_0F32) of the M · kBlocksPerChunk blocks from chunk k on,
+  /// in fp32, in block order (the other lanes 0).
   template <std::size_t M>
   [[gnu::always_inline]] static __m512 group_scales(const typename F::scale_type* sc, std::size_t k) noexcept {
     const auto* p = sc + k * kBlocksPerChunk;
-    if constexpr (M == kGroup) {
+    constexpr auto kMask = static_cast<__mmask16>((1u << (M * kBlocksPerChunk)) - 1);
+    if constexpr (std::is_same_v<typename F::scale_type, float>) {
+      if constexpr (M == kGroup) return _mm512_loadu_ps(p);
+      else return _mm512_maskz_loadu_ps(kMask, p);
+    } else if constexpr (M == kGroup) {
       return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     } else {
-      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << (M * kBlocksPerChunk)) - 1), p));
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(kMask, p));
     }
   }
   /// The group of M chunks k … k + M − 1 (lane vector t; row scales sc; missing chunks 0) times each of the N
