@@ -41,11 +41,18 @@ namespace barato_examples {
 class ModelFile {
  public:
   /// Opens `path` (GGUF when it starts with "GGUF", else a llama2.c checkpoint). `context` > 0
-  /// overrides the model's context (GGUF `llama.context_length`, llama2.c seq_len).
+  /// overrides the model's context (GGUF `llama.context_length`, llama2.c seq_len). `io_error` when
+  /// `path` is missing or not a readable regular file; the readers' errors for a bad file.
   [[nodiscard]] static ModelFile open(const std::filesystem::path& path, std::size_t context = 0) {
     ModelFile m;
     m.path_ = path;
     m.context_ = context;
+    // Which format a file holds is read from it, so a file that cannot be read is neither: say so
+    // rather than "cannot open llama2.c checkpoint" for a missing x.gguf.
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec) || !std::ifstream(path, std::ios::binary))
+      throw barato::io_error(path.string() + ": cannot open model file (a llama2.c checkpoint or a GGUF file): " +
+                             (std::filesystem::exists(path, ec) ? "not a readable regular file" : "no such file"));
     if (is_gguf_file(path)) {
       m.gguf_.emplace(GgufFile::open(path));
       m.config_ = gguf_llama_config(*m.gguf_, context);
@@ -101,8 +108,9 @@ class ModelFile {
 /// The `--weights` help line of the tools.
 inline constexpr const char* kModelWeightsHelp =
     "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c;\n"
-    "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats, the other block types as their exact int8\n"
-    "integers with fp32 scales (and offsets: Q4_1/Q5_1/Q2_K/Q4_K/Q5_K)) | fp32 (dequantized exactly) | int8-tensor |\n"
+    "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats, Q4_1/Q4_K as 4-bit codes with fp32 scales and\n"
+    "offsets, the other block types as their exact int8 integers with fp32 scales (and offsets: Q5_1/Q2_K/Q5_K))\n"
+    "| fp32 (dequantized exactly) | int8-tensor |\n"
     "int8-row | int4-tensor | int4-row | int4-g128 | nf4 | q8_0 | q4_0 (quantized from the fp32 values at\n"
     "load time; q8_0 and q4_0 are ggml's formats, bit-exact with llama.cpp's quantizer)";
 
