@@ -63,7 +63,7 @@ barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::si
   if (offsets && ggml_offset_bits(t.type) == 4) {
     // Q4_1 / Q4_K: 4-bit integers u with scale s and offset o per group of 32 → Q4_0F32's centred
     // codes, s · u + o = s · (u − 8) + (o + 8s): ggml's 4-bit product on int8 activations (the codes'
-    // sum is then over −8 … 7, half the activation error of 0 … 15) at 6 bits per weight. The new
+    // sum is then over −8 … 7: about half the activation error of 0 … 15) at 6 bits per weight. The new
     // offset o + 8s is rounded to fp32 once (8s is exact): the weights are the file's to within
     // 2⁻²⁴ |o + 8s|.
     using F = barato::quant::Q4_0F32;

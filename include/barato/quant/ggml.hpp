@@ -35,11 +35,12 @@
 /// its weights (ggml has no such block: the byte conversion requires cols % 32 == 0).
 /// Products: on VNNI machines these formats are multiplied as ggml multiplies them, with int8
 /// activations per 32 columns (quant/ggml_dot.hpp, quant/vnni_ggml.hpp).
-///
-/// **`Q4_0F32`** is Q4_0 with the scale kept in fp32 (d not rounded to fp16; 20 bytes per block): the
-/// same codes, order, rule and product, for scales fp16 cannot hold (see the type).
 /// Error of the stored weights: |x − x̂| ≤ |d|/2 (Q8_0) and ≤ |d| (Q4_0, whose clamp at 15 costs up to
 /// one step at −m) per weight, plus the fp16 rounding of d (≤ 2⁻¹¹ relative) times |q|.
+///
+/// **`Q4_0F32`** is Q4_0 with the scale kept in fp32 (d not rounded to fp16, so no fp16 term in its
+/// error; 20 bytes per block): the same codes, order, rule and product, for scales fp16 cannot hold
+/// (see the type).
 
 #include <cmath>
 #include <cstddef>

@@ -24,7 +24,7 @@
 /// Error against the exact product with these weights: the first sum's (the format's activation
 /// quantization, quant/gemv.hpp — for the int8 group formats 15-bit activations, for Q4_0F32 ggml's int8
 /// per 32 columns) plus fp32 rounding of the offset term. The activation error scales with the codes'
-/// levels, so centred codes halve it: s · u + o with u in 0…15 is better held as s · (u − 8) + (o + 8s)
+/// levels, so centred codes about halve it: s · u + o with u in 0…15 is better held as s · (u − 8) + (o + 8s)
 /// in a symmetric 4-bit format (what the examples' GGUF loader does for Q4_1 / Q4_K with Q4_0F32) than
 /// as uncentred int8 codes.
 ///
