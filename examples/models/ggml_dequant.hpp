@@ -383,7 +383,6 @@ inline void check_scales(const std::uint8_t* blk, const Codec& c, std::size_t b,
   }
 }
 
-
 /// The shared walk of `ggml_to_int_groups` and `ggml_to_offset_groups`: checks that `raw` holds the
 /// product(ne) elements of `type`, that `q` has one integer per element and each of `per_group` one
 /// value per `group` elements (`what` names the caller and `names` those arrays in the error), then

@@ -54,6 +54,18 @@ std::vector<float> decode(GgmlType t, const std::vector<std::uint8_t>& bytes, st
 
 bool same_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
+/// Three random blocks of type t in a row (a block's place in the tensor must not matter): their bytes
+/// and the values their per-element formula gives; even draws with smaller scales.
+Block three_blocks(GgmlType t, Rng& rng, int draw) {
+  Block out;
+  for (int k = 0; k < 3; ++k) {
+    const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
+    out.bytes.insert(out.bytes.end(), b.bytes.begin(), b.bytes.end());
+    out.expect.insert(out.expect.end(), b.expect.begin(), b.expect.end());
+  }
+  return out;
+}
+
 
 }  // namespace
 
@@ -63,16 +75,10 @@ TEST_CASE("ggml dequant: every block type decodes ggml-packed random codes to th
     INFO(name(t));
     GgmlTypeTraits tr;
     REQUIRE(ggml_type_traits(static_cast<std::uint32_t>(t), tr));
-    // three blocks in a row (a block's offset in the tensor must not matter), 200 draws
     for (int draw = 0; draw < 200; ++draw) {
-      std::vector<std::uint8_t> bytes;
-      std::vector<float> expect;
-      for (int k = 0; k < 3; ++k) {
-        const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
-        bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
-        expect.insert(expect.end(), b.expect.begin(), b.expect.end());
-      }
-      const auto got = decode(t, bytes, 3 * tr.block);
+      const Block blocks = three_blocks(t, rng, draw);  // (a named Block: clang 14's INFO cannot capture bindings)
+      const std::vector<float>& expect = blocks.expect;
+      const auto got = decode(t, blocks.bytes, 3 * tr.block);
       std::size_t bad = 0, first = 0;
       for (std::size_t i = 0; i < got.size(); ++i)
         if (!same_bits(got[i], expect[i]) && bad++ == 0) first = i;
@@ -106,11 +112,7 @@ TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose 
     CHECK(g == (t == GgmlType::q5_0 ? 32u : 16u));
     std::vector<float> s(n / g);
     for (int draw = 0; draw < 100; ++draw) {
-      std::vector<std::uint8_t> bytes;
-      for (int k = 0; k < 3; ++k) {
-        const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
-        bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
-      }
+      const std::vector<std::uint8_t> bytes = three_blocks(t, rng, draw).bytes;
       ggml_to_int_groups(std::as_bytes(std::span(bytes)), type, ne, q, s);
       const auto want = decode(t, bytes, n);
       std::size_t bad = 0;
@@ -163,11 +165,7 @@ TEST_CASE("ggml dequant: Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K as integers, group sca
     std::vector<float> s(n / g), o(n / g);
     std::vector<bool> seen(static_cast<std::size_t>(levels), false);
     for (int draw = 0; draw < 100; ++draw) {
-      std::vector<std::uint8_t> bytes;
-      for (int k = 0; k < 3; ++k) {
-        const Block b = make_block(t, rng, draw % 2 == 0 ? 20 : 30);
-        bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
-      }
+      const std::vector<std::uint8_t> bytes = three_blocks(t, rng, draw).bytes;
       ggml_to_offset_groups(std::as_bytes(std::span(bytes)), type, ne, q, s, o);
       const auto want = decode(t, bytes, n);
       std::size_t bad = 0;
