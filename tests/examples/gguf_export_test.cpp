@@ -6,8 +6,6 @@
 // tensor at a time.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +27,7 @@
 #include "support/ggml_pack.hpp"
 #include "support/greedy.hpp"
 #include "support/reference_file.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace barato_examples;
 
@@ -278,7 +277,7 @@ TEST_CASE("gguf export: streamed from a llama2.c checkpoint, tensor by tensor, g
   const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (dir.empty()) return;
   const Tokenizer tok = load_tokenizer(dir / "stories260K/tok512.bin", 512);
-  const auto tmp = std::filesystem::temp_directory_path() / ("barato_gguf_export_test_" + std::to_string(::getpid()) + ".bin");
+  const auto tmp = barato::test::scratch_dir() / "gguf_export_test.bin";
   // stories260K: tied classifier, a 172-wide ffn_down (F16 fallback); the crafted file: unshared
   // classifier (output.weight), every matrix quantizable.
   for (const auto& path : {dir / "stories260K/stories260K.bin", write_unshared_llama2c(tmp)}) {

@@ -4,8 +4,6 @@
 // misaligned / overlapping / out-of-file tensors, duplicates), each a format_error naming the offset.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -24,6 +22,7 @@
 #include "models/gguf_llama.hpp"
 #include "models/gguf_writer.hpp"
 #include "support/data.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace barato_examples;
 using V = GgufWriteValue;
@@ -407,7 +406,7 @@ TEST_CASE("gguf writer: deferred tensors are made at write time and give the sam
   const auto want = eager.bytes();
   CHECK(lazy.bytes() == want);
   CHECK(calls == 1);
-  const auto p = std::filesystem::temp_directory_path() / ("barato_gguf_deferred_" + std::to_string(::getpid()) + ".gguf");
+  const auto p = barato::test::scratch_dir() / "deferred.gguf";
   lazy.write(p);
   CHECK(calls == 2);
   {
@@ -431,8 +430,7 @@ TEST_CASE("gguf writer: deferred tensors are made at write time and give the sam
 }
 
 TEST_CASE("gguf: is_gguf_file reads the magic, not the extension") {
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto p = dir / ("barato_gguf_magic_" + std::to_string(::getpid()) + ".bin");
+  const auto p = barato::test::scratch_dir() / "magic.bin";
   small_writer().write(p);
   CHECK(is_gguf_file(p));
   CHECK(GgufFile::open(p).tensors().size() == 5);

@@ -2,8 +2,6 @@
 // and crafted bad files (every failure names the file and the byte offset; never an out-of-bounds read).
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "barato/core/memory.hpp"
 #include "models/llama2c.hpp"
 #include "support/data.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using barato_examples::Llama2cCheckpoint;
@@ -23,11 +22,7 @@ using barato_examples::read_llama2c;
 
 namespace {
 
-fs::path temp_dir() {
-  const fs::path d = fs::temp_directory_path() / ("barato_llama2c_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
+const fs::path& temp_dir() { return barato::test::scratch_dir(); }
 
 /// Writes a header plus `floats` float32 values (value i = i·0.001) and `extra` raw bytes.
 fs::path write_file(const std::string& name, const Llama2cHeader& h, std::size_t floats, std::size_t extra = 0) {

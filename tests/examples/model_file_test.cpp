@@ -4,8 +4,6 @@
 // without holding more than its result needs.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <bit>
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +18,7 @@
 #include "models/model_file.hpp"
 #include "models/weight_formats.hpp"
 #include "support/data.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace barato_examples;
 
@@ -105,7 +104,7 @@ TEST_CASE("model file: --weights file and fp32 hold no more than their result at
   if (dir.empty()) return;
   // An F16 copy of the F32 file (barato's GGUF writer), for the half-precision path.
   const auto f32_path = dir / "stories260K/stories260K-h192-f32.gguf";
-  const auto f16_path = std::filesystem::temp_directory_path() / ("barato_model_file_f16_" + std::to_string(::getpid()) + ".gguf");
+  const auto f16_path = barato::test::scratch_dir() / "model_file_f16.gguf";
   {
     const GgufFile src = GgufFile::open(f32_path);
     export_gguf_llama_streamed(src, gguf_llama_config(src, 512), gguf_tokenizer(src), GgmlType::f16, &src).writer.write(f16_path);
@@ -135,8 +134,8 @@ TEST_CASE("model file: --weights file and fp32 hold no more than their result at
 }
 
 TEST_CASE("model file: a missing model or a directory is an io_error naming it, not a llama2.c read error") {
-  const auto tmp = std::filesystem::temp_directory_path();
-  const auto missing = tmp / ("barato_no_such_model_" + std::to_string(::getpid()) + ".gguf");
+  const auto& tmp = barato::test::scratch_dir();
+  const auto missing = tmp / "no_such_model.gguf";
   CHECK_THROWS_WITH_AS((void)ModelFile::open(missing),
                        (missing.string() + ": cannot open model file (a llama2.c checkpoint or a GGUF file): no such file").c_str(),
                        barato::io_error);

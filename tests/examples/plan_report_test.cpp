@@ -17,6 +17,7 @@
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
 #include "support/ggml_pack.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace barato_examples;
 using namespace barato::plan;
@@ -118,7 +119,7 @@ TEST_CASE("plan report: the shape of stories260K from its header") {
 }
 
 TEST_CASE("plan report: a file that is not a checkpoint is a format error") {
-  const auto path = std::filesystem::temp_directory_path() / "barato_plan_report_test.bin";
+  const auto path = barato::test::scratch_dir() / "plan_report_test.bin";
   { std::ofstream(path, std::ios::binary) << "not a checkpoint at all, only text"; }
   CHECK_THROWS_AS((void)llama2c_shape(path), barato::format_error);
   std::filesystem::remove(path);

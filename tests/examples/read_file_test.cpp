@@ -3,13 +3,12 @@
 // bytes instead of hanging, a missing file; every message names the file, the kind and the limit.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "models/read_file.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using barato_examples::read_bounded;
@@ -17,8 +16,7 @@ using barato_examples::read_bounded;
 namespace {
 
 fs::path temp_file(const std::string& name, const std::string& content) {
-  const fs::path d = fs::temp_directory_path() / ("barato_read_file_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
+  const fs::path& d = barato::test::scratch_dir();
   std::ofstream(d / name, std::ios::binary) << content;
   return d / name;
 }
@@ -50,6 +48,6 @@ TEST_CASE("read_bounded: larger files, endless streams and missing files are io_
   const std::string zero = error_of("/dev/zero", 100000);
   CHECK(zero.find("/dev/zero: the text file is larger than the limit of 100000 bytes") != std::string::npos);
   CHECK(zero.find("endless") != std::string::npos);
-  const std::string missing = error_of(fs::temp_directory_path() / "barato_no_such_file.txt", 10);
+  const std::string missing = error_of(barato::test::scratch_dir() / "no_such_file.txt", 10);
   CHECK(missing.find("cannot open text file") != std::string::npos);
 }

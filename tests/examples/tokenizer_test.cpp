@@ -3,8 +3,6 @@
 // examples and token counts, decoding, and bad tokenizer files.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
 #include "support/tokenizer_reference.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using barato_examples::Token;
@@ -24,11 +23,7 @@ using barato_examples::Tokenizer;
 
 namespace {
 
-fs::path temp_dir() {
-  const fs::path d = fs::temp_directory_path() / ("barato_tokenizer_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
+const fs::path& temp_dir() { return barato::test::scratch_dir(); }
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

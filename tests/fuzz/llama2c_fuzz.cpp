@@ -4,14 +4,11 @@
 // report or an allocation the file size does not justify (libFuzzer's -rss_limit_mb / -malloc_limit_mb)
 // is a defect. When it loads, the weights must have the header's shapes, and the decoder runs a
 // two-token prefill and a decode step on them (any float values, NaN included, must not crash).
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "barato/kv/contiguous.hpp"
@@ -19,26 +16,14 @@
 #include "models/llama.hpp"
 #include "models/llama2c.hpp"
 #include "models/llama_weights.hpp"
+#include "support/scratch_dir.hpp"
 
 namespace {
 
-/// The process's temporary checkpoint, removed when the fuzzer exits (each run used to leave one
-/// behind in the temporary directory).
-struct TempFile {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("barato_fuzz_llama2c_" + std::to_string(::getpid()) + ".bin");
-  TempFile() = default;
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
-};
-
+/// The process's temporary checkpoint, in the scratch directory removed when the fuzzer exits.
 const std::filesystem::path& temp_file() {
-  static const TempFile f;
-  return f.path;
+  static const std::filesystem::path f = barato::test::scratch_dir() / "llama2c.bin";
+  return f;
 }
 
 }  // namespace

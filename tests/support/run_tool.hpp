@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "scratch_dir.hpp"
+
 namespace barato::test {
 
 /// What a tool run left: exit status (-1 when killed by a signal), stdout, stderr.
@@ -27,10 +29,10 @@ inline std::string slurp(const std::filesystem::path& p) {
 }
 
 /// Runs `tool flags` through the shell, stdout and stderr captured in files under
-/// <temp>/<scratch>/. With `timeout_s` > 0 the run is killed after that many seconds (coreutils
+/// scratch_dir()/<scratch>/. With `timeout_s` > 0 the run is killed after that many seconds (coreutils
 /// `timeout`; status 124), so a test of an input that used to hang fails instead of hanging.
 inline ToolResult run_tool(const std::string& tool, const std::string& flags, const std::string& scratch, int timeout_s = 0) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / scratch;
+  const std::filesystem::path dir = scratch_dir() / scratch;
   std::filesystem::create_directories(dir);
   const std::string prefix = timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : std::string();
   const std::string cmd = prefix + tool + " " + flags + " >" + (dir / "out").string() + " 2>" + (dir / "err").string();

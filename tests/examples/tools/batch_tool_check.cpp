@@ -27,7 +27,7 @@ namespace {
 using Result = barato::test::ToolResult;
 
 Result run_tool(const std::string& flags, int timeout_s = 0) {
-  return barato::test::run_tool(BARATO_BATCH_TOOL, flags, "barato_batch_tool_check", timeout_s);
+  return barato::test::run_tool(BARATO_BATCH_TOOL, flags, "batch_tool_check", timeout_s);
 }
 
 /// The value of "key": in one JSON output line (a string's raw text, a number, or an array's text).
@@ -67,7 +67,7 @@ std::map<std::string, std::string> by_id(const std::string& out) {
 TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot count, budget, pool size and thread count") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "batch_tool_check";
   fs::create_directories(dir);
   // the reference prompts (run.c -n 200: 200 − prompt + 1 generated tokens), plus requests that share
   // a long prefix (prefix hits) and arrive later
@@ -149,7 +149,7 @@ TEST_CASE("barato_batch: greedy outputs equal run.c's for every policy, slot cou
 TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad flags exit 2") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "batch_tool_check";
   fs::create_directories(dir);
   std::ofstream(dir / "bad.jsonl") << "{\"prompt\": \"a\", \"max_tokens\": 3}\n{\"prompt\": \"b\", \"max_tokens\": -3}\n";
   const Result r = run_tool("--requests " + (dir / "bad.jsonl").string());
@@ -178,7 +178,7 @@ TEST_CASE("barato_batch: a malformed request file exits 2 naming FILE:LINE; bad 
 TEST_CASE("barato_batch: finish_reason says why each request ended (length, stop with its token, context)") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "batch_tool_check";
   fs::create_directories(dir);
   // greedy "Once upon a time" continues ", there was …" on stories260K (run.c's reference): ',' is 432
   std::ofstream(dir / "why.jsonl") << "{\"id\": \"len\", \"prompt\": \"Once upon a time\", \"max_tokens\": 3}\n"
@@ -206,7 +206,7 @@ TEST_CASE("barato_batch: finish_reason says why each request ended (length, stop
 TEST_CASE("barato_batch: an endless request file, a hostile checkpoint or tokenizer exit 1 with one error line") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_batch_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "batch_tool_check";
   fs::create_directories(dir);
   using barato::test::one_error_line;
   // /dev/zero used to hang (read until memory ran out): now the read stops at the limit.

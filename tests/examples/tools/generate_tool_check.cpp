@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 barato::test::ToolResult run_tool(const std::string& flags) {
-  return barato::test::run_tool(BARATO_GENERATE_TOOL, flags, "barato_generate_tool_check", 60);
+  return barato::test::run_tool(BARATO_GENERATE_TOOL, flags, "generate_tool_check", 60);
 }
 
 }  // namespace
@@ -28,7 +28,7 @@ barato::test::ToolResult run_tool(const std::string& flags) {
 TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags exit 2") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_generate_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "generate_tool_check";
   fs::create_directories(dir);
   using barato::test::one_error_line;
   const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
@@ -50,7 +50,7 @@ TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags e
 TEST_CASE("barato_generate --model X.gguf with matrices in every ggml block type: the F32 file's ids") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/tok512.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_generate_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "generate_tool_check";
   fs::create_directories(dir);
   const auto tok = barato_examples::load_tokenizer(data / "stories260K/tok512.bin", 512);
   const auto model = barato::test::block_type_model(tok, 7);

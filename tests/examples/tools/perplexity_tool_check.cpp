@@ -22,7 +22,7 @@ namespace {
 using Result = barato::test::ToolResult;
 
 Result run_tool(const std::string& flags, int timeout_s = 0) {
-  return barato::test::run_tool(BARATO_PERPLEXITY_TOOL, flags, "barato_perplexity_tool_check", timeout_s);
+  return barato::test::run_tool(BARATO_PERPLEXITY_TOOL, flags, "perplexity_tool_check", timeout_s);
 }
 
 /// The raw text of a number field "key": in the JSON line ("" when absent).
@@ -128,7 +128,7 @@ TEST_CASE("barato_perplexity --model X.gguf: the GGUF conversion scores as the l
 TEST_CASE("barato_perplexity: an endless text, a hostile checkpoint or tokenizer exit 1 with one error line") {
   const auto data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_perplexity_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "perplexity_tool_check";
   fs::create_directories(dir);
   using barato::test::one_error_line;
   // --text /dev/zero used to hang: now the read stops at the limit.
@@ -163,7 +163,7 @@ TEST_CASE("barato_perplexity --ids: llama.cpp's Q4_0 greedy sequence scored teac
       for (std::string t; in >> t;) ++n;
     }
   REQUIRE(n > 100);
-  const fs::path tmp = fs::temp_directory_path() / "barato_perplexity_ids.txt";
+  const fs::path tmp = barato::test::scratch_dir() / "perplexity_ids.txt";
   std::ofstream(tmp) << ids;
   const std::string model = " --context 512 --model " + (dir / "stories260K/stories260K-h192-q4_0.gguf").string();
   const Result r = run_tool("--quiet --json --ids " + tmp.string() + model);

@@ -14,11 +14,11 @@
 namespace fs = std::filesystem;
 
 TEST_CASE("barato_plan: broken checkpoints exit 1 with one error line") {
-  const fs::path dir = fs::temp_directory_path() / "barato_plan_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "plan_tool_check";
   fs::create_directories(dir);
   using barato::test::one_error_line;
   const auto run = [](const std::string& flags) {
-    return barato::test::run_tool(BARATO_PLAN_TOOL, flags, "barato_plan_tool_check", 60);
+    return barato::test::run_tool(BARATO_PLAN_TOOL, flags, "plan_tool_check", 60);
   };
   const fs::path ck = barato::test::write_hostile_checkpoint(dir / "hostile.bin");
   const auto m = run("--model " + ck.string() + " --budget 1GiB");

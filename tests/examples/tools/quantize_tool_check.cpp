@@ -27,7 +27,7 @@ using namespace barato_examples;
 namespace {
 
 barato::test::ToolResult run_tool(const std::string& flags) {
-  return barato::test::run_tool(BARATO_QUANTIZE_TOOL, flags, "barato_quantize_tool_check", 120);
+  return barato::test::run_tool(BARATO_QUANTIZE_TOOL, flags, "quantize_tool_check", 120);
 }
 
 std::vector<std::byte> read_bytes(const fs::path& p) {
@@ -42,7 +42,7 @@ std::vector<std::byte> read_bytes(const fs::path& p) {
 TEST_CASE("barato_quantize: GGUF and llama2.c inputs, a block that fails mid-write, bad flags") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K-h192-q4_0.gguf");
   if (data.empty()) return;
-  const fs::path dir = fs::temp_directory_path() / "barato_quantize_tool_check";
+  const fs::path dir = barato::test::scratch_dir() / "quantize_tool_check";
   fs::create_directories(dir);
   const fs::path f32 = data / "stories260K/stories260K-h192-f32.gguf", q4 = data / "stories260K/stories260K-h192-q4_0.gguf";
 
