@@ -19,9 +19,11 @@
 #include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "barato/kv/contiguous.hpp"
@@ -33,6 +35,8 @@
 #include "barato/spec/ngram_drafter.hpp"
 #include "barato/spec/speculative.hpp"
 #include "barato/spec/step_model.hpp"
+#include "barato/spec/step_model_ref.hpp"
+#include "barato/spec/verify.hpp"
 #include "models/cli.hpp"
 #include "models/generate.hpp"
 #include "models/llama.hpp"
@@ -136,46 +140,40 @@ GenerateResult drive_speculative(Dec& dec, std::span<const Token> prompt, std::s
   return r;
 }
 
-/// Runs the verify rule that matches the temperature with `drafter` (whose sampler must match too).
-template <barato::spec::StepModel Target, barato::spec::Drafter D>
-GenerateResult run_with_drafter(Target& target, D& drafter, std::span<const Token> prompt, const GenerateOptions& opt,
-                                std::size_t gamma, SpecReport* report) {
+/// One speculative run of `target` with `drafter` under the verify rule `rule`.
+template <barato::spec::Drafter D, barato::spec::VerifyRule R>
+GenerateResult run_with(barato::spec::StepModelRef target, D& drafter, R rule, std::span<const Token> prompt,
+                        const GenerateOptions& opt, std::size_t gamma, SpecReport* report) {
   const std::size_t n_gen = opt.steps - prompt.size() + 1;
-  const barato::spec::SpecOptions so{.gamma = gamma, .stop_token = std::nullopt};
-  if (opt.temperature == 0.0f) {
-    barato::spec::Speculative dec(target, drafter, barato::spec::GreedyVerify{}, so);
-    return drive_speculative(dec, prompt, n_gen, opt.seed, report);
-  }
-  barato::spec::Speculative dec(
-      target, drafter,
-      barato::spec::StochasticVerify(barato::sample::Chain(target.vocab_size(), barato::sample::Temperature{opt.temperature})), so);
+  barato::spec::Speculative dec(target, drafter, std::move(rule), {.gamma = gamma, .stop_token = std::nullopt});
   return drive_speculative(dec, prompt, n_gen, opt.seed, report);
 }
 
-template <barato::spec::StepModel Target, class DraftModel>
-GenerateResult run_with_model(Target& target, DraftModel& draft, std::span<const Token> prompt, const GenerateOptions& opt,
-                              std::size_t gamma, SpecReport* report) {
-  const std::size_t V = target.vocab_size();
-  if (opt.temperature == 0.0f) {
-    barato::spec::ModelDrafter drafter(draft, barato::sample::Greedy(V));
-    return run_with_drafter(target, drafter, prompt, opt, gamma, report);
-  }
-  barato::spec::ModelDrafter drafter(draft, barato::sample::Chain(V, barato::sample::Temperature{opt.temperature}));
-  return run_with_drafter(target, drafter, prompt, opt, gamma, report);
-}
-
-template <barato::spec::StepModel Target>
-GenerateResult generate_speculative_impl(Target& target, const LlamaWeights<barato::nn::DenseLinear>* dense,
-                                         const DraftChoice& choice, std::span<const Token> prompt,
-                                         const GenerateOptions& opt, std::size_t gamma, int threads, SpecReport* report) {
+/// The drafter `choice` names, its sampler and the verify rule matching the temperature: greedy
+/// drafts and `GreedyVerify` at temperature 0, else drafts sampled at the temperature and
+/// `StochasticVerify` (only these two pairs are instantiated). The target is a `StepModelRef`, so
+/// this is compiled once whatever the caller's model type (the tools' ten `--kv` caches).
+inline GenerateResult generate_speculative_impl(barato::spec::StepModelRef target, const LlamaWeights<barato::nn::DenseLinear>* dense,
+                                                const DraftChoice& choice, std::span<const Token> prompt,
+                                                const GenerateOptions& opt, std::size_t gamma, int threads, SpecReport* report) {
   barato::require<barato::value_error>(!prompt.empty(), "generate_speculative: empty prompt");
   if (opt.steps < prompt.size()) return {};  // run.c: the prompt alone fills the steps, nothing sampled
+  const std::size_t V = target.vocab_size();
+  const bool greedy = opt.temperature == 0.0f;
+  const auto sampled = [&] { return barato::sample::Chain(V, barato::sample::Temperature{opt.temperature}); };
+  const auto stochastic = [&] { return barato::spec::StochasticVerify(sampled()); };
   if (choice.ngram) {
-    barato::spec::NgramDrafter drafter(target.vocab_size(), {.max_n = choice.ngram_n, .min_n = 1});
-    return run_with_drafter(target, drafter, prompt, opt, gamma, report);
+    barato::spec::NgramDrafter drafter(V, {.max_n = choice.ngram_n, .min_n = 1});
+    if (greedy) return run_with(target, drafter, barato::spec::GreedyVerify{}, prompt, opt, gamma, report);
+    return run_with(target, drafter, stochastic(), prompt, opt, gamma, report);
   }
   auto draft = make_quantized_llama(*dense, choice.scheme, target.capacity(), {.threads = threads});
-  return run_with_model(target, draft, prompt, opt, gamma, report);
+  if (greedy) {
+    barato::spec::ModelDrafter drafter(draft, barato::sample::Greedy(V));
+    return run_with(target, drafter, barato::spec::GreedyVerify{}, prompt, opt, gamma, report);
+  }
+  barato::spec::ModelDrafter drafter(draft, sampled());
+  return run_with(target, drafter, stochastic(), prompt, opt, gamma, report);
 }
 
 }  // namespace detail
@@ -184,19 +182,18 @@ GenerateResult generate_speculative_impl(Target& target, const LlamaWeights<bara
 /// decoding: `choice` names the drafter; the quantized drafters quantize the fp32 weights `dense`
 /// (their caches hold target.capacity() positions). `gamma` drafts per pass. prefill_ms times the
 /// prompt except its last token (which the first verify pass runs); decode_ms / decode_steps is the
-/// time per generated token. Fills `report` with the acceptance statistics when given.
-template <barato::spec::StepModel Target>
-GenerateResult generate_speculative(Target& target, const LlamaWeights<barato::nn::DenseLinear>& dense,
-                                    const DraftChoice& choice, std::span<const Token> prompt, const GenerateOptions& opt,
-                                    std::size_t gamma, int threads = 1, SpecReport* report = nullptr) {
+/// time per generated token. Fills `report` with the acceptance statistics when given. `target` is
+/// any `spec::StepModel`, taken by reference (`spec::StepModelRef`).
+inline GenerateResult generate_speculative(barato::spec::StepModelRef target, const LlamaWeights<barato::nn::DenseLinear>& dense,
+                                           const DraftChoice& choice, std::span<const Token> prompt, const GenerateOptions& opt,
+                                           std::size_t gamma, int threads = 1, SpecReport* report = nullptr) {
   return detail::generate_speculative_impl(target, &dense, choice, prompt, opt, gamma, threads, report);
 }
 
 /// Same, loading the fp32 checkpoint from `checkpoint` only when the drafter is a quantized model.
-template <barato::spec::StepModel Target>
-GenerateResult generate_speculative(Target& target, const std::filesystem::path& checkpoint, const DraftChoice& choice,
-                                    std::span<const Token> prompt, const GenerateOptions& opt, std::size_t gamma,
-                                    int threads = 1, SpecReport* report = nullptr) {
+inline GenerateResult generate_speculative(barato::spec::StepModelRef target, const std::filesystem::path& checkpoint,
+                                           const DraftChoice& choice, std::span<const Token> prompt, const GenerateOptions& opt,
+                                           std::size_t gamma, int threads = 1, SpecReport* report = nullptr) {
   if (choice.ngram)
     return detail::generate_speculative_impl(target, nullptr, choice, prompt, opt, gamma, threads, report);
   const auto dense = load_llama2c(checkpoint);

@@ -9,5 +9,6 @@
 #include "barato/spec/speculative.hpp"
 #include "barato/spec/stats.hpp"
 #include "barato/spec/step_model.hpp"
+#include "barato/spec/step_model_ref.hpp"
 #include "barato/spec/theory.hpp"
 #include "barato/spec/verify.hpp"
