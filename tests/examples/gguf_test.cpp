@@ -415,7 +415,6 @@ TEST_CASE("gguf writer: deferred tensors are made at write time and give the sam
     CHECK(std::equal(file.begin(), file.end(), reinterpret_cast<const char*>(want.data()),
                      reinterpret_cast<const char*>(want.data()) + want.size()));
   }
-  std::filesystem::remove(p);
   CHECK(GgufWriter::tensor_bytes(GgmlType::q8_0, std::vector<std::uint64_t>{64, 3}) == 6 * 34);
   // A producer's wrong byte count or exception fails the write; a bad description fails at once.
   GgufWriter bad;

@@ -124,7 +124,6 @@ TEST_CASE("model file: --weights file and fp32 hold no more than their result at
         CHECK(w.layers[0].w1.target<barato::nn::Dense<barato::f16>>() != nullptr);  // the file's precision
     }
   }
-  std::filesystem::remove(f16_path);
   // The Q4_0 file in its own format holds its blocks, not fp32 values.
   const ModelFile q4 = ModelFile::open(dir / kQ4, 512);
   barato::CountingResource file_mem, fp32_mem;
