@@ -51,6 +51,18 @@ struct PagedBlock {
   [[nodiscard]] std::size_t offset(std::size_t r) const noexcept {
     return table[r / page_rows] * page_stride + (r % page_rows) * stride;
   }
+  /// Writes the offsets of rows [r, r + n) into out[0, n): `offset` of each, with one division
+  /// instead of one per row.
+  void offsets(std::size_t r, std::size_t n, std::size_t* out) const noexcept {
+    std::size_t page = r / page_rows, in_page = r % page_rows;
+    for (std::size_t j = 0; j < n; ++j) {
+      out[j] = table[page] * page_stride + in_page * stride;
+      if (++in_page == page_rows) {
+        in_page = 0;
+        ++page;
+      }
+    }
+  }
   /// Logical page i as a dense block (rows [i·B, min(n, (i + 1)·B))).
   [[nodiscard]] DenseBlock<T> page(std::size_t i) const noexcept {
     const std::size_t off = table[i] * page_stride;
