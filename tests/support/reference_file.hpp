@@ -1,10 +1,8 @@
 #pragma once
 // Reader of the llama2c-greedy-v1 reference files (../shared/data/stories260K/reference/*.txt):
 // `key: value` lines, `#` comments, unknown keys kept but ignored by the tests; and a small decoder
-// for the JSON strings they hold (prompt_json, text_json).
+// for the JSON strings they hold (prompt_json, text_json): the JSON reader of the examples' request files.
 
-#include <cstddef>
-#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "models/requests.hpp"
 
 namespace barato::test {
 
@@ -46,61 +46,13 @@ inline ReferenceFile read_reference_file(const std::filesystem::path& p) {
   return r;
 }
 
-inline void append_utf8(std::string& s, std::uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-/// Decodes one JSON string literal (with its quotes). Throws std::runtime_error when malformed.
+/// Decodes one JSON string literal (with its quotes), by the JSON reader of barato_batch's request
+/// files (RFC 8259 escapes, surrogate pairs). Throws what that reader throws when malformed, and
+/// `std::runtime_error` for text after the closing quote.
 inline std::string parse_json_string(const std::string& j) {
-  if (j.size() < 2 || j.front() != '"' || j.back() != '"') throw std::runtime_error("not a JSON string: " + j);
-  std::string out;
-  const auto hex4 = [&](std::size_t i) {
-    if (i + 4 > j.size() - 1) throw std::runtime_error("bad \\u escape");
-    return static_cast<std::uint32_t>(std::stoul(j.substr(i, 4), nullptr, 16));
-  };
-  for (std::size_t i = 1; i + 1 < j.size(); ++i) {
-    if (j[i] != '\\') {
-      out += j[i];
-      continue;
-    }
-    const char e = j[++i];
-    switch (e) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'u': {
-        std::uint32_t cp = hex4(i + 1);
-        i += 4;
-        if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < j.size() && j[i + 1] == '\\' && j[i + 2] == 'u') {
-          const std::uint32_t lo = hex4(i + 3);
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          i += 6;
-        }
-        append_utf8(out, cp);
-        break;
-      }
-      default: throw std::runtime_error(std::string("bad escape \\") + e);
-    }
-  }
+  barato_examples::detail::JsonLine in(j, "reference file JSON string", 1);
+  std::string out = in.string();
+  if (!in.at_end()) throw std::runtime_error("not one JSON string: " + j);
   return out;
 }
 
