@@ -67,7 +67,9 @@ void accumulate_stacked(const StackedQueries& sq, const kv::PagedBlock<T>& blk, 
   constexpr std::size_t kAcc = W >= 16 ? 16 : 8;  // PV accumulators (AVX-512 has 32 registers)
   constexpr std::size_t HP = C >= kAcc ? 1 : kAcc / C;  // heads per PV pass
   constexpr bool kStage = !std::is_same_v<T, float>;
-  static_assert(D % W == 0 && kStackedHeadPad % W == 0 && R % 8 == 0 && sizeof(T) <= 4);
+  static_assert(D % W == 0 && kStackedHeadPad % W == 0 && R % 8 == 0);
+  static_assert(16 * ((D * sizeof(T) + kCacheLineBytes - 1) / kCacheLineBytes) <= D,
+                "the K and V lines of 8 rows must fit the score loop's D steps (pf_line)");
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
   alignas(64) float sb[2 * R * W];                // [2, R, W] scores, then probabilities, of two head blocks
@@ -105,7 +107,7 @@ void accumulate_stacked(const StackedQueries& sq, const kv::PagedBlock<T>& blk, 
     // 1. scores s[b, j, i] of NB head blocks (lane i of block b = head h0 + b·W + i), 8 rows at a
     //    time: 8·NB independent FMA chains, each broadcast key element serving NB·W heads
     //    (the first pass also prefetches the rows kStackedPrefetchRows ahead, one per row scored,
-    //    spread one line per key element: 8 rows of K and V are ≤ D lines for elements of ≤ 4 bytes)
+    //    spread one line per key element: 8 rows of K and V are ≤ D lines, static_assert above)
     auto scores = [&]<std::size_t NB>(std::size_t h0, B* mx) {
       for (std::size_t b = 0; b < NB; ++b) mx[b] = B(kNegInf);
       std::size_t j = 0;
