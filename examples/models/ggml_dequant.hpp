@@ -5,16 +5,19 @@
 /// plain formula is read: F32, F16, BF16, the 32-element blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the
 /// 256-element "k-quant" super-blocks Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (what llama-quantize writes for
 /// its Q4_K_M, Q5_K_M, Q6_K, … mixes, and for the classifier of a Q4_0 file whose width is a multiple
-/// of 256). The IQ types (lattice codebooks) are not: a file holding one is an error naming it.
-/// The types whose values are a scale times a small integer, with no offset — Q5_0, Q3_K, Q6_K — can
+/// of 256), and IQ4_NL / IQ4_XS (16 fixed non-uniform levels times a scale: what llama-quantize writes
+/// for IQ4_NL and IQ4_XS files). The other IQ types (lattice codebooks) are not: a file holding one is
+/// an error naming it.
+/// The types whose values are a scale times a small integer, with no offset — Q5_0, Q3_K, Q6_K, IQ4_NL
+/// and IQ4_XS (the integer being the code's level) — can
 /// also be read as those integers and scales (`ggml_to_int_groups`), which barato's int8 group formats
 /// hold exactly; each fp32 decoder of them is that product. The types whose values add a per-group
 /// offset — Q4_1, Q5_1, Q2_K, Q4_K, Q5_K — can be read as integers, scales and offsets
 /// (`ggml_to_offset_groups`), which `quant::OffsetLinear` over an int8 group format holds exactly.
 ///
 /// **Exactness.** Each value equals ggml's `dequantize_row_*` for the same block bit for bit: every
-/// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits) has at
-/// most 24 significant bits, so it is exact in fp32, and a value is at most one rounded fp32 sum
+/// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits; for
+/// IQ4_XS an fp16 times a 6-bit integer times a level of ≤ 7 bits) has at most 24 significant bits, so it is exact in fp32, and a value is at most one rounded fp32 sum
 /// (scale · q − min, or d · q + m). That also makes the result the same whether or not a compiler
 /// fuses the multiply and the add.
 ///
@@ -40,6 +43,10 @@
 ///                the low nibble, bit 2j + 1 for the high
 ///  - Q6_K 210 B: ql[128] · qh[64] · scales int8[16] · d; 16 sub-blocks of 16, x = (d·sc)·(q − 32),
 ///                q = 4 bits of ql | 2 bits of qh << 4 (`q6_k`)
+///  - IQ4_NL 18 B: d fp16 · qs[16];           x = d·L[code], codes in Q4_0's order, L = `kIq4Levels`
+///  - IQ4_XS 136 B: d · scales_h u16 · scales_l[4] · qs[128]; 8 sub-blocks of 32 with 6-bit scales
+///                (low 4 bits: nibble g % 2 of scales_l[g / 2]; high 2 bits: bits 2g of scales_h),
+///                x = (d·(ls − 32))·L[code]; sub-block g's codes in qs[16g…16g + 16), Q4_0's order
 /// A block whose fp16 scale (d, m or dmin) is not finite is a `format_error` naming the file, the byte
 /// offset of that scale and its bits.
 
@@ -254,6 +261,53 @@ inline void q6_k(const std::uint8_t* b, float* y) noexcept {
   for (int i = 0; i < 256; ++i) y[i] = s[i / 16] * fl(q[i]);
 }
 
+/// The 16 levels of IQ4_NL and IQ4_XS (ggml's `kvalues_iq4nl`), indexed by the 4-bit code: a
+/// non-uniform grid, denser near zero, in int8.
+inline constexpr std::array<std::int8_t, 16> kIq4Levels = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                           1,    13,   25,  38,  53,  69,  89,  113};
+
+/// The levels of the 32 codes in qs[0…16) (Q4_0's nibble order: element j the low nibble of qs[j],
+/// element j + 16 its high nibble).
+inline void iq4_levels32(const std::uint8_t* qs, std::int8_t* q) noexcept {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = kIq4Levels[qs[j] & 0x0F];
+    q[j + 16] = kIq4Levels[qs[j] >> 4];
+  }
+}
+
+/// IQ4_NL as integers and scale: q = the levels of the codes, s[0] = d.
+inline void iq4_nl_ints(const std::uint8_t* b, std::int8_t* q, float* s) noexcept {
+  s[0] = half(b);
+  iq4_levels32(b + 2, q);
+}
+
+/// IQ4_XS as integers and scales: the levels of the codes and, per sub-block g of 32, s[g] = d·(ls − 32)
+/// with ls's low 4 bits the nibble g % 2 of scales_l[g / 2] and its high 2 bits bits 2g of scales_h.
+inline void iq4_xs_ints(const std::uint8_t* b, std::int8_t* q, float* s) noexcept {
+  const float d = half(b);
+  const std::uint16_t scales_h = u16(b + 2);
+  const std::uint8_t* scales_l = b + 4;
+  for (int g = 0; g < 8; ++g) {
+    const int ls = ((scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
+    s[g] = d * fl(ls - 32);
+    iq4_levels32(b + 8 + 16 * g, q + 32 * g);
+  }
+}
+
+inline void iq4_nl(const std::uint8_t* b, float* y) noexcept {
+  std::int8_t q[32];
+  float d;
+  iq4_nl_ints(b, q, &d);
+  for (int j = 0; j < 32; ++j) y[j] = d * fl(q[j]);
+}
+
+inline void iq4_xs(const std::uint8_t* b, float* y) noexcept {
+  std::int8_t q[256];
+  float s[8];
+  iq4_xs_ints(b, q, s);
+  for (int i = 0; i < 256; ++i) y[i] = s[i / 32] * fl(q[i]);
+}
+
 /// A block type's decoder and the byte offsets of its fp16 scales (checked finite).
 struct Codec {
   void (*decode)(const std::uint8_t*, float*) = nullptr;
@@ -274,12 +328,14 @@ struct Codec {
     case GgmlType::q4_k: return {k4<false>, {0, 2}, 2};
     case GgmlType::q5_k: return {k4<true>, {0, 2}, 2};
     case GgmlType::q6_k: return {q6_k, {208, 0}, 1};
+    case GgmlType::iq4_nl: return {iq4_nl, {0, 0}, 1};
+    case GgmlType::iq4_xs: return {iq4_xs, {0, 0}, 1};
     default: return {};
   }
 }
 
 /// The integer decoder of a block type whose values are a scale times a small integer, with no
-/// offset (Q5_0, Q3_K, Q6_K): `decode(block, q, s)` writes the block's integers and the scale of each
+/// offset (Q5_0, Q3_K, Q6_K, IQ4_NL, IQ4_XS): `decode(block, q, s)` writes the block's integers and the scale of each
 /// group of `group` consecutive elements. decode = null for the other types.
 struct IntCodec {
   void (*decode)(const std::uint8_t*, std::int8_t*, float*) = nullptr;
@@ -291,6 +347,8 @@ struct IntCodec {
     case GgmlType::q5_0: return {q5_0_ints, 32};
     case GgmlType::q3_k: return {q3_k_ints, 16};
     case GgmlType::q6_k: return {q6_k_ints, 16};
+    case GgmlType::iq4_nl: return {iq4_nl_ints, 32};
+    case GgmlType::iq4_xs: return {iq4_xs_ints, 32};
     default: return {};
   }
 }
@@ -450,8 +508,8 @@ inline void ggml_to_fp32(std::span<const std::byte> raw, std::uint32_t type, std
   }
 }
 
-/// True when ggml type `type` holds a scale times a small integer per group with no offset (Q5_0:
-/// groups of 32; Q3_K, Q6_K: 16): what `ggml_to_int_groups` reads.
+/// True when ggml type `type` holds a scale times a small integer per group with no offset (Q5_0,
+/// IQ4_NL, IQ4_XS: groups of 32; Q3_K, Q6_K: 16): what `ggml_to_int_groups` reads.
 [[nodiscard]] inline bool ggml_int_groups(std::uint32_t type) noexcept { return ggml_blocks::int_codec(type).decode != nullptr; }
 /// Elements per scale of such a type (0 for the others).
 [[nodiscard]] inline std::size_t ggml_int_group(std::uint32_t type) noexcept { return ggml_blocks::int_codec(type).group; }

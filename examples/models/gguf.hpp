@@ -78,7 +78,7 @@ enum class GgufValueType : std::uint32_t {
 /// models/ggml_dequant.hpp).
 enum class GgmlType : std::uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13,
-  q6_k = 14, bf16 = 30
+  q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30
 };
 
 /// ggml's name of type id `id` ("F32", "Q4_K", …), or "" when ggml defines no such id.
@@ -113,6 +113,8 @@ struct GgmlTypeTraits {
     case GgmlType::q4_k: out = {256, 144}; return true; // fp16 d, dmin, 12 scale bytes, 128 code bytes
     case GgmlType::q5_k: out = {256, 176}; return true; // fp16 d, dmin, 12 scale bytes, 32 high-bit bytes, 128 code bytes
     case GgmlType::q6_k: out = {256, 210}; return true; // 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, fp16 d
+    case GgmlType::iq4_nl: out = {32, 18}; return true; // fp16 d + 16 bytes of nibbles (indices into a 16-level table)
+    case GgmlType::iq4_xs: out = {256, 136}; return true; // fp16 d, u16 high scale bits, 4 low scale bytes, 128 bytes of nibbles
     default: return false;
   }
 }
@@ -479,7 +481,7 @@ class GgufFile {
       GgmlTypeTraits tr;
       if (!ggml_type_traits(t.type, tr)) {
         const auto known = ggml_type_name(t.type);
-        c.fail(type_at, tn + " type: expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, found " +
+        c.fail(type_at, tn + " type: expected F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS, found " +
                             (known.empty() ? "unknown type id " + std::to_string(t.type)
                                            : std::string(known) + " (ggml type " + std::to_string(t.type) + ")"));
       }

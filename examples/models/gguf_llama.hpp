@@ -18,10 +18,10 @@
 ///
 /// Weight conversion goes through one function, `ggml_to_fp32` (models/ggml_dequant.hpp: raw bytes,
 /// type, dims → fp32, bit-exact with ggml's dequantization for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-/// Q8_0, Q2_K … Q6_K), and the projections through `gguf_linear`, which keeps F16 / BF16 in their
-/// precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats (quant::GgmlQ8_0 /
-/// GgmlQ4_0, loaded without requantizing); Q5_0, Q3_K and Q6_K become int8 codes with fp32 group
-/// scales (their exact values, `ggml_to_int_groups`); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (a per-group
+/// Q8_0, Q2_K … Q6_K, IQ4_NL, IQ4_XS), and the projections through `gguf_linear`, which keeps F16 /
+/// BF16 in their precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats
+/// (quant::GgmlQ8_0 / GgmlQ4_0, loaded without requantizing); Q5_0, Q3_K, Q6_K, IQ4_NL and IQ4_XS
+/// become int8 codes with fp32 group scales (their exact values, `ggml_to_int_groups`); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (a per-group
 /// offset) become codes and scales plus fp32 offsets (quant::OffsetLinear, `ggml_to_offset_groups`;
 /// Q4_1 / Q4_K 4-bit codes with fp32 scales, quant::Q4_0F32, the others the int8 codes above;
 /// `--weights` can re-quantize them).
@@ -85,10 +85,11 @@ namespace barato_examples {
 /// A GGUF matrix [rows, cols] as a linear layer in the file's precision: F32 → Dense<float>, F16 →
 /// Dense<f16>, BF16 → Dense<bf16> (all exact), Q8_0 / Q4_0 → quant::Linear<GgmlQ8_0 / GgmlQ4_0> built
 /// from the file's block bytes without requantizing (`quant::from_ggml_blocks`; `file` and
-/// `file_offset`, the tensor's data offset, name a bad block in its error); Q5_0, Q3_K and Q6_K (a
-/// scale times a small integer per group, `ggml_to_int_groups`) → quant::Linear of int8 codes with
-/// fp32 scales per group of 32 (Q5_0) or 16 (Q3_K, Q6_K): their exact values at 9 or 10 bits per
-/// weight, on the VNNI kernel (15-bit activations); Q4_1, Q5_1, Q4_K, Q5_K and Q2_K (a scale times a
+/// `file_offset`, the tensor's data offset, name a bad block in its error); Q5_0, Q3_K, Q6_K, IQ4_NL
+/// and IQ4_XS (a scale times a small integer per group — for the IQ4 types the level of a 4-bit code —
+/// `ggml_to_int_groups`) → quant::Linear of int8 codes with fp32 scales per group of 32 (Q5_0, IQ4_NL,
+/// IQ4_XS) or 16 (Q3_K, Q6_K): their exact values at 9 or 10 bits per weight (IQ4: twice the file's
+/// 4.25–4.5), on the VNNI kernel (15-bit activations); Q4_1, Q5_1, Q4_K, Q5_K and Q2_K (a scale times a
 /// small unsigned integer plus an offset per group, `ggml_to_offset_groups`) → quant::OffsetLinear with
 /// fp32 offsets per group: Q4_1 / Q4_K over quant::Q4_0F32 (the 4-bit integers centred, u − 8, with
 /// fp32 scales; the offset o + 8s rounded to fp32 once; ggml's product on int8 activations) at 6 bits
@@ -103,8 +104,8 @@ namespace barato_examples {
 
 /// Bytes `gguf_linear` holds for a [rows, cols] tensor of ggml type `type` (codes and scales; what
 /// its `bytes()` reports), from the type alone: nothing is read or converted. F32 and the block types
-/// without a barato format 4 per weight, F16 / BF16 2, Q8_0 34 and Q4_0 18 per 32, Q5_0 1 + 4/32,
-/// Q3_K / Q6_K 1 + 4/16, Q4_1 / Q4_K 1/2 + 8/32, Q5_1 / Q5_K 1 + 8/32, Q2_K 1 + 8/16.
+/// without a barato format 4 per weight, F16 / BF16 2, Q8_0 34 and Q4_0 18 per 32, Q5_0 / IQ4_NL /
+/// IQ4_XS 1 + 4/32, Q3_K / Q6_K 1 + 4/16, Q4_1 / Q4_K 1/2 + 8/32, Q5_1 / Q5_K 1 + 8/32, Q2_K 1 + 8/16.
 [[nodiscard]] inline std::size_t gguf_linear_bytes(std::uint32_t type, std::size_t rows, std::size_t cols) noexcept {
   const std::size_t n = rows * cols;
   switch (static_cast<GgmlType>(type)) {

@@ -88,7 +88,7 @@ TEST_CASE("ggml dequant: every block type decodes ggml-packed random codes to th
   }
 }
 
-TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose products are the fp32 values bit for bit") {
+TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K / IQ4_NL / IQ4_XS as integers and group scales, whose products are the fp32 values bit for bit") {
   Rng rng(20261204);
   std::size_t int_types = 0;
   for (const GgmlType t : kBlockTypes) {
@@ -98,7 +98,8 @@ TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose 
     REQUIRE(ggml_type_traits(type, tr));
     const std::size_t n = 3 * tr.block;
     const std::uint64_t ne[] = {n};
-    const bool ints = t == GgmlType::q5_0 || t == GgmlType::q3_k || t == GgmlType::q6_k;
+    const bool ints = t == GgmlType::q5_0 || t == GgmlType::q3_k || t == GgmlType::q6_k || t == GgmlType::iq4_nl ||
+                      t == GgmlType::iq4_xs;
     CHECK(ggml_int_groups(type) == ints);
     std::vector<std::int8_t> q(n);
     if (!ints) {  // a per-group offset (or a Q8_0 / Q4_0, which load as ggml's own formats): refused
@@ -109,7 +110,7 @@ TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose 
     }
     ++int_types;
     const std::size_t g = ggml_int_group(type);
-    CHECK(g == (t == GgmlType::q5_0 ? 32u : 16u));
+    CHECK(g == (t == GgmlType::q3_k || t == GgmlType::q6_k ? 16u : 32u));
     std::vector<float> s(n / g);
     for (int draw = 0; draw < 100; ++draw) {
       const std::vector<std::uint8_t> bytes = three_blocks(t, rng, draw).bytes;
@@ -134,7 +135,7 @@ TEST_CASE("ggml dequant: Q5_0 / Q3_K / Q6_K as integers and group scales, whose 
       CHECK(std::string(e.what()).find("block 2: scale") != std::string::npos);
     }
   }
-  CHECK(int_types == 3);
+  CHECK(int_types == 5);
 }
 
 TEST_CASE("ggml dequant: Q4_1 / Q5_1 / Q2_K / Q4_K / Q5_K as integers, group scales and offsets: s·q + o is the fp32 value") {
@@ -250,6 +251,27 @@ TEST_CASE("ggml dequant: hand-made blocks give the values worked out by hand") {
     y = decode(GgmlType::q3_k, b, 256);
     CHECK(y[0] == 5.0f * 3.0f);
   }
+  {  // IQ4_NL: element j = d·L[low nibble of qs[j]], element j + 16 = d·L[high nibble]
+    std::vector<std::uint8_t> b(18, 0);
+    b[0] = half & 0xFF, b[1] = half >> 8;
+    b[2 + 3] = 0xF8;  // element 3: code 8 → level 1; element 19: code 15 → level 113
+    const auto y = decode(GgmlType::iq4_nl, b, 32);
+    CHECK(y[3] == 0.5f);
+    CHECK(y[19] == 56.5f);
+    CHECK(y[0] == -63.5f);  // code 0 → level −127
+  }
+  {  // IQ4_XS: sub-block 5 (elements 160–191) has ls = (scales_l[2] >> 4) | ((scales_h >> 10) & 3) << 4
+    std::vector<std::uint8_t> b(136, 0);
+    b[0] = two & 0xFF, b[1] = two >> 8;
+    b[2] = 0x00, b[3] = 0x08;   // scales_h = 0x0800: bits 10–11 = 2 → ls high 2 bits 2
+    b[4 + 2] = 0x30;            // scales_l[2] high nibble 3: ls = 3 | 2 << 4 = 35, scale 2·(35 − 32) = 6
+    b[8 + 16 * 5 + 1] = 0x2D;   // element 161: code 13 → 69; element 177: code 2 → −83
+    const auto y = decode(GgmlType::iq4_xs, b, 256);
+    CHECK(y[161] == 6.0f * 69.0f);
+    CHECK(y[177] == 6.0f * -83.0f);
+    CHECK(y[160] == 6.0f * -127.0f);
+    CHECK(y[0] == 2.0f * -32.0f * -127.0f);  // sub-block 0: ls = 0, scale −64
+  }
 }
 
 TEST_CASE("ggml dequant: a non-finite scale is a format_error naming the scale's byte offset") {
@@ -334,7 +356,8 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     const barato::nn::AnyLinear* m = linear(tname);
     REQUIRE(m != nullptr);
     dense += m->target<barato::nn::Dense<float>>() != nullptr;
-    const bool int_groups = type == GgmlType::q5_0 || type == GgmlType::q3_k || type == GgmlType::q6_k;
+    const bool int_groups = type == GgmlType::q5_0 || type == GgmlType::q3_k || type == GgmlType::q6_k ||
+                            type == GgmlType::iq4_nl || type == GgmlType::iq4_xs;
     const auto want = gguf_tensor_fp32(*fk.tensor(tname));
     std::vector<float> got(want.size());
     if (ggml_offset_groups(static_cast<std::uint32_t>(type))) {
@@ -370,7 +393,7 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     }
     if (!int_groups) continue;
     ++ints;
-    if (type == GgmlType::q5_0) {
+    if (type == GgmlType::q5_0 || type == GgmlType::iq4_nl || type == GgmlType::iq4_xs) {
       REQUIRE(m->target<G32>() != nullptr);
       m->target<G32>()->matrix().dequantize(got);
       CHECK(m->target<G32>()->bits_per_weight() == 9.0);
@@ -382,7 +405,7 @@ TEST_CASE("ggml dequant: a model whose matrices use every block type loads to th
     CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end(), same_bits));  // the exact values
   }
   CHECK(dense == 0);
-  CHECK(ints >= 3);
+  CHECK(ints >= 5);
   CHECK(offsets >= 5);
   // The fp32 path of the block file is the F32 file: the same greedy ids.
   const auto prompt = tok.encode("Once upon a time", true);

@@ -346,7 +346,7 @@ TEST_CASE("gguf: bad tensor infos: dims, types, offsets, overlaps, duplicates") 
   expect_error(one({1, 1, 1, 1, 1}, 0, 0, 32), "n_dims: expected 1..4, found 5");
   expect_error(one({4, 0}, 0, 0, 32), "ne[1]: expected >= 1, found 0");
   expect_error(one({std::uint64_t{1} << 32, std::uint64_t{1} << 32}, 0, 0, 32), "the element count overflows");
-  expect_error(one({4, 2}, 20, 0, 32), "found IQ4_NL (ggml type 20)");
+  expect_error(one({4, 2}, 21, 0, 32), "found IQ3_S (ggml type 21)");
   expect_error(one({4, 2}, 15, 0, 32), "found Q8_K (ggml type 15)");
   expect_error(one({128}, 12, 0, 32), "expected a multiple of 256 for Q4_K, found 128");
   expect_error(one({4, 2}, 99, 0, 32), "found unknown type id 99");
@@ -383,7 +383,7 @@ TEST_CASE("gguf writer: rejects bad descriptions") {
   CHECK_THROWS_AS(w.add_tensor_f32("u", {4}, x), barato::shape_error);
   CHECK_THROWS_AS(w.add_tensor_f32("v", {1, 1, 1, 1, 8}, x), barato::shape_error);
   CHECK_THROWS_AS((void)V::array(T::u8, {V::u16(1)}), barato::value_error);
-  CHECK_THROWS_AS(w.add_tensor("q", static_cast<GgmlType>(20), {8}, std::as_bytes(std::span<const float>(x))), barato::value_error);  // IQ4_NL: not read
+  CHECK_THROWS_AS(w.add_tensor("q", static_cast<GgmlType>(21), {8}, std::as_bytes(std::span<const float>(x))), barato::value_error);  // IQ3_S: not read
   CHECK_THROWS_AS(w.add_tensor("q", GgmlType::q8_0, {8}, std::as_bytes(std::span<const float>(x))), barato::shape_error);
   // A rejected tensor or key leaves no trace: the name can be used again.
   CHECK_NOTHROW(w.add_tensor_f32("q", {8}, x));

@@ -140,6 +140,8 @@ void gguf_seeds(const fs::path& dir) {
   all.add_tensor("q4_k", GgmlType::q4_k, {256}, std::span(zeros).first(144));
   all.add_tensor("q5_k", GgmlType::q5_k, {256}, std::span(zeros).first(176));
   all.add_tensor("q6_k", GgmlType::q6_k, {256}, std::span(zeros).first(210));
+  all.add_tensor("iq4_nl", GgmlType::iq4_nl, {32}, std::span(zeros).first(18));
+  all.add_tensor("iq4_xs", GgmlType::iq4_xs, {256}, std::span(zeros).first(136));
   put(dir, "every_type.gguf", to_string(all.bytes()));
 }
 

@@ -214,13 +214,39 @@ Block make_block(GgmlType t, Rng& rng, int e_hi = 20) {
       for (int i = 0; i < 256; ++i) y[i] = (d * f(sc[i / 16])) * f(L[i] - 32);
       break;
     }
+    case GgmlType::iq4_nl:
+    case GgmlType::iq4_xs: {
+      // ggml's kvalues_iq4nl, written out again here as the oracle's own copy
+      static constexpr int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+      const bool xs = t == GgmlType::iq4_xs;
+      put16(b, 0, dh);
+      int ls[8] = {32, 32, 32, 32, 32, 32, 32, 32};  // IQ4_NL: the scale is d itself (ls − 32 = 1 below)
+      if (xs) {
+        std::uint16_t scales_h = 0;
+        for (int g = 0; g < 8; ++g) {  // as quantize_row_iq4_xs packs them
+          ls[g] = uniform(rng, 0, 63);
+          b[4 + g / 2] = static_cast<std::uint8_t>(b[4 + g / 2] | ((ls[g] & 0x0F) << (4 * (g % 2))));
+          scales_h = static_cast<std::uint16_t>(scales_h | ((ls[g] >> 4) << (2 * g)));
+        }
+        put16(b, 2, scales_h);
+      }
+      for (auto& l : L) l = uniform(rng, 0, 15);
+      const std::size_t qs = xs ? 8 : 2;
+      for (std::size_t g = 0; g < tr.block / 32; ++g)
+        for (std::size_t j = 0; j < 16; ++j)
+          b[qs + 16 * g + j] = static_cast<std::uint8_t>(L[32 * g + j] | (L[32 * g + j + 16] << 4));
+      for (std::size_t i = 0; i < tr.block; ++i)
+        y[i] = xs ? (d * f(ls[i / 32] - 32)) * f(kLevels[L[i]]) : d * f(kLevels[L[i]]);
+      break;
+    }
     default: FAIL("no packer for this type");
   }
   return blk;
 }
 
 inline const GgmlType kBlockTypes[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
-                                GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+                                GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k,
+                                GgmlType::iq4_nl, GgmlType::iq4_xs};
 
 
 /// A random Llama (dim 256, FFN 512, 2 layers, 4 / 2 heads of 64, vocabulary of `tok`, untied
