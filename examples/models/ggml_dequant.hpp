@@ -17,8 +17,8 @@
 ///
 /// **Exactness.** Each value equals ggml's `dequantize_row_*` for the same block bit for bit: every
 /// product in those formulas (an fp16 scale times a 4–8-bit integer, times a code of ≤ 6 bits; for
-/// IQ4_XS an fp16 times a 6-bit integer times a level of ≤ 7 bits) has at most 24 significant bits, so it is exact in fp32, and a value is at most one rounded fp32 sum
-/// (scale · q − min, or d · q + m). That also makes the result the same whether or not a compiler
+/// IQ4_XS an fp16 times a 6-bit integer times a level of ≤ 7 bits) has at most 24 significant bits,
+/// so it is exact in fp32, and a value is at most one rounded fp32 sum (scale · q − min, or d · q + m). That also makes the result the same whether or not a compiler
 /// fuses the multiply and the add.
 ///
 /// Layouts (byte offsets in a block; fp16 = IEEE binary16, little-endian; facts from ggml-common.h and
@@ -335,8 +335,8 @@ struct Codec {
 }
 
 /// The integer decoder of a block type whose values are a scale times a small integer, with no
-/// offset (Q5_0, Q3_K, Q6_K, IQ4_NL, IQ4_XS): `decode(block, q, s)` writes the block's integers and the scale of each
-/// group of `group` consecutive elements. decode = null for the other types.
+/// offset (Q5_0, Q3_K, Q6_K, IQ4_NL, IQ4_XS): `decode(block, q, s)` writes the block's integers and
+/// the scale of each group of `group` consecutive elements. decode = null for the other types.
 struct IntCodec {
   void (*decode)(const std::uint8_t*, std::int8_t*, float*) = nullptr;
   std::size_t group = 0;

@@ -41,9 +41,9 @@ barato::nn::AnyLinear gguf_linear(const GgufTensor& t, std::size_t rows, std::si
     case GgmlType::q4_0: return quantized(barato::quant::GgmlQ4_0{});
     default: break;
   }
-  // A scale times a small integer per group (Q5_0, Q3_K, Q6_K, IQ4_NL / IQ4_XS: a level of 16) → int8 codes, one byte each, and fp32
-  // scales; plus an offset per group (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) → the same with the offsets beside
-  // them. ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row.
+  // A scale times a small integer per group (Q5_0, Q3_K, Q6_K; IQ4_NL / IQ4_XS, the integer one of 16
+  // levels) → int8 codes, one byte each, and fp32 scales; plus an offset per group (Q4_1, Q5_1, Q2_K,
+  // Q4_K, Q5_K) → the same with the offsets beside them. ne0 (the columns) is a multiple of the block (checked by the reader), so no group crosses a row.
   const auto int_groups = [&](auto format, bool offsets) {
     using F = decltype(format);
     constexpr std::size_t G = F::granularity::kGroup;

@@ -21,10 +21,10 @@
 /// Q8_0, Q2_K … Q6_K, IQ4_NL, IQ4_XS), and the projections through `gguf_linear`, which keeps F16 /
 /// BF16 in their precision (nn::Dense<f16 / bf16>) and Q8_0 / Q4_0 in barato's ggml-exact formats
 /// (quant::GgmlQ8_0 / GgmlQ4_0, loaded without requantizing); Q5_0, Q3_K, Q6_K, IQ4_NL and IQ4_XS
-/// become int8 codes with fp32 group scales (their exact values, `ggml_to_int_groups`); Q4_1, Q5_1, Q2_K, Q4_K and Q5_K (a per-group
-/// offset) become codes and scales plus fp32 offsets (quant::OffsetLinear, `ggml_to_offset_groups`;
-/// Q4_1 / Q4_K 4-bit codes with fp32 scales, quant::Q4_0F32, the others the int8 codes above;
-/// `--weights` can re-quantize them).
+/// become int8 codes with fp32 group scales (their exact values, `ggml_to_int_groups`); Q4_1, Q5_1,
+/// Q2_K, Q4_K and Q5_K (a per-group offset) become codes and scales plus fp32 offsets
+/// (quant::OffsetLinear, `ggml_to_offset_groups`; Q4_1 / Q4_K 4-bit codes with fp32 scales,
+/// quant::Q4_0F32, the others the int8 codes above; `--weights` can re-quantize them).
 
 #include <algorithm>
 #include <bit>
