@@ -41,11 +41,12 @@ inline constexpr std::string_view kKvPolicies =
     "contiguous | growable[:C] | paged[:B] | paged-int8[:B] | paged-int4[:B] | paged-k8v4[:B] | window:W[,S] | int8 | int4 | k8v4";
 
 namespace detail {
-inline std::size_t parse_kv_number(std::string_view s, std::string_view spec) {
+inline std::size_t parse_kv_number(std::string_view s, std::string_view spec, bool zero_ok = false) {
   std::size_t v = 0;
   const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  barato::require<barato::value_error>(ec == std::errc{} && p == s.data() + s.size() && v > 0, "--kv '", spec,
-                                       "': expected a positive integer, got '", s, "'");
+  barato::require<barato::value_error>(ec == std::errc{} && p == s.data() + s.size() && (v > 0 || zero_ok), "--kv '",
+                                       spec, "': expected a ", zero_ok ? "non-negative" : "positive", " integer, got '", s,
+                                       "'");
   return v;
 }
 template <class Cache, class... Args>
@@ -100,7 +101,7 @@ decltype(auto) with_kv_policy(std::string_view spec, const LlamaConfig& config, 
     barato::require<barato::value_error>(!arg.empty(), "--kv '", spec, "': expected window:W or window:W,S");
     const auto comma = arg.find(',');
     const std::size_t W = detail::parse_kv_number(arg.substr(0, comma), spec);
-    const std::size_t S = comma == std::string_view::npos ? 4 : detail::parse_kv_number(arg.substr(comma + 1), spec);
+    const std::size_t S = comma == std::string_view::npos ? 4 : detail::parse_kv_number(arg.substr(comma + 1), spec, true);
     return f(detail::per_layer<kv::SlidingWindow<float>>(
         config, kv::SlidingWindowConfig{.n_kv_heads = H, .head_dim = d, .window = W, .sinks = S, .chunk = max_chunk}, mr));
   }

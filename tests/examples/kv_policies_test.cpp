@@ -2,7 +2,7 @@
 // greedy generation on stories260K gives identical tokens with contiguous, growable and paged
 // caches (and equals run.c's reference ids); prefix sharing lets a second request skip prefill and
 // still produce the same logits; a sliding window (window:W,S) prefilled in chunks equals feeding the
-// same tokens one at a time and the windowed scalar reference; quantized pages decode like the quantized
+// same tokens one at a time bit for bit, and the windowed scalar reference to fp32 rounding; quantized pages decode like the quantized
 // caches they page (their quality is measured by barato_perplexity).
 #include "models/kv_policies.hpp"
 
@@ -197,8 +197,13 @@ TEST_CASE("kv policies: window:W,S prefilled in chunks equals token-by-token dec
     CAPTURE(model_chunk);
     const Run r = run(cache_chunk, model_chunk, expect);
     CHECK(barato::test::max_rel_diff(r.logits, ref_logits) < kWindowLogitRelTol);
-    CHECK(barato::test::max_rel_diff(r.logits, one.logits) < kWindowLogitRelTol);
+    CHECK(barato::test::max_rel_diff(r.logits, one.logits) < kWindowLogitRelTol);  // another ring size
     CHECK(r.generated == one.generated);
+    // the same caches fed one token at a time: bit for bit (attention::attend folds every query's
+    // rows in the same ranges whatever chunk it comes in)
+    const Run single = run(cache_chunk, 1, 1);
+    CHECK(r.logits == single.logits);
+    CHECK(r.generated == single.generated);
   }
 
   // Speculative decoding verifies γ + 1 tokens in one forward and rolls the rejected ones back: with
@@ -217,5 +222,25 @@ TEST_CASE("kv policies: window:W,S prefilled in chunks equals token-by-token dec
           cache_chunk);
       CHECK(spec_tokens == one.generated);
     }
+  }
+}
+
+TEST_CASE("kv policies: window:W,0 is a window without sinks; malformed numbers are value_errors naming the spec") {
+  LlamaConfig c;
+  c.dim = 64, c.hidden_dim = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 32, c.seq_len = 64;
+  const auto sinks = [&](std::string_view spec) {
+    return with_kv_policy(spec, c, c.seq_len, std::pmr::get_default_resource(), [](auto caches) -> std::size_t {
+      if constexpr (requires { caches.front().sinks(); }) return caches.front().sinks();
+      else return 999;
+    });
+  };
+  CHECK(sinks("window:16,0") == 0);
+  CHECK(sinks("window:16,3") == 3);
+  CHECK(sinks("window:16") == 4);
+  for (const char* bad : {"window:0", "window:16,", "window:16,x", "window:,4", "window:16,-1", "paged:0", "growable:0"}) {
+    CAPTURE(bad);
+    const std::string needle = std::string("--kv '") + bad + "'";
+    CHECK_THROWS_WITH_AS(sinks(bad), doctest::Contains(needle.c_str()), barato::value_error);
   }
 }

@@ -207,6 +207,42 @@ TEST_CASE("sliding window: chunked appends of random sizes give every query exac
   }
 }
 
+TEST_CASE("sliding window: a query's output is the same bit for bit whatever chunk it comes in") {
+  // (what makes speculative decoding's verify passes over a window cache equal plain decoding)
+  struct Shape {
+    std::size_t W, S, C, hq, hkv, d;
+  };
+  for (const Shape sh : {Shape{16, 4, 8, 4, 2, 8}, Shape{70, 0, 16, 2, 1, 64}, Shape{37, 2, 37, 8, 2, 64},
+                         Shape{100, 4, 70, 6, 3, 8}, Shape{130, 3, 9, 4, 1, 64}}) {
+    CAPTURE(sh.W); CAPTURE(sh.S); CAPTURE(sh.C); CAPTURE(sh.hq); CAPTURE(sh.hkv); CAPTURE(sh.d);
+    const std::size_t H = sh.hkv, d = sh.d, n = 300, row = sh.hq * d;
+    const attention::Heads heads{.n_q = sh.hq, .n_kv = H, .head_dim = d};
+    const kv::SlidingWindowConfig cfg{.n_kv_heads = H, .head_dim = d, .window = sh.W, .sinks = sh.S, .chunk = sh.C};
+    const auto k = test::random_vector(n * H * d, 71), v = test::random_vector(n * H * d, 72);
+    const auto q = test::random_vector(n * row, 73, -3.f, 3.f);
+    const auto kv_rows = [&](const std::vector<float>& x, std::size_t p, std::size_t m) {
+      return std::span<const float>(x).subspan(p * H * d, m * H * d);
+    };
+    kv::SlidingWindow<float> one(cfg), chunked(cfg);
+    std::vector<float> out_one(n * row), out_chunked(n * row);
+    for (std::size_t p = 0; p < n; ++p) {  // token by token: decode steps
+      one.append(kv_rows(k, p, 1), kv_rows(v, p, 1));
+      attention::decode(std::span<const float>(q).subspan(p * row, row), one, heads,
+                        std::span<float>(out_one).subspan(p * row, row));
+    }
+    std::mt19937 gen(static_cast<unsigned>(sh.W * 7 + sh.C));
+    std::uniform_int_distribution<std::size_t> size_of(1, sh.C);
+    for (std::size_t p = 0; p < n;) {  // chunks of random sizes up to C
+      const std::size_t m = std::min(size_of(gen), n - p);
+      chunked.append(kv_rows(k, p, m), kv_rows(v, p, m));
+      attention::attend(std::span<const float>(q).subspan(p * row, m * row), chunked, heads,
+                        std::span<float>(out_chunked).subspan(p * row, m * row));
+      p += m;
+    }
+    CHECK(out_chunked == out_one);
+  }
+}
+
 TEST_CASE("sliding window: a window that cannot exist is a capacity_error, before any allocation") {
   barato::CountingResource mem;
   CHECK_THROWS_WITH_AS(barato::kv::SlidingWindow<float>(8, 128, SIZE_MAX - 4, 8, 8, &mem), doctest::Contains("overflows the position count"),
