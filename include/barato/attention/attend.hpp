@@ -128,7 +128,6 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
     for (std::size_t h = h_lo; h < h_hi; ++h) {
       const std::size_t col = h * g * d;  // first query head of this group, in floats
       cache.for_each_block(h, [&](const auto& blk) {
-        [[maybe_unused]] const std::size_t tile = tile_rows == 0 ? blk.n : tile_rows;
         for (std::size_t a = 0, b = 0; a < blk.n; a = b) {
           if constexpr (kv::WindowedCache<Cache>) {
             // tiles end at positions that are multiples of kPrefillTileRows, for decode steps too: a
@@ -138,7 +137,7 @@ void attend_into(std::span<const float> q, std::size_t p0, const Cache& cache, c
             const std::size_t p = blk.pos0 + a;
             b = std::min(blk.n, p - p % kPrefillTileRows + kPrefillTileRows - blk.pos0);
           } else {
-            b = std::min(blk.n, a + tile);
+            b = tile_rows == 0 ? blk.n : std::min(blk.n, a + tile_rows);
           }
           for (std::size_t t = 0; t < n_tok; ++t) {
             const std::size_t pos = p0 + t;

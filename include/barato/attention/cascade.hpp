@@ -43,8 +43,8 @@
 /// (G = 2: decode is bound by K/V reads; 0.24–0.26 on the Intel and Zen 4 hosts, 0.39–0.43 on Zen 5),
 /// 0.48–0.57× at 14 over 2 (G = 7: decode already reuses each K/V row 7 times and both are bound by
 /// fp32 FMAs); 2–4 sequences sharing 256–2048 positions: 0.69–0.93×; fp16 pages (widened once per
-/// chunk by the stacked kernel): 0.36–0.50× at both head shapes, 0.46–0.7× for 2–4 sequences (two runs each). It never measured slower, so choose it for every group that
-/// shares a block.
+/// chunk by the stacked kernel): 0.36–0.50× at both head shapes, 0.46–0.7× for 2–4 sequences (two
+/// runs each). It never measured slower, so choose it for every group that shares a block.
 /// A step allocates nothing: the stacked queries and states live in a `CascadeWorkspace` sized at
 /// construction for the most sequences a step will pass.
 
