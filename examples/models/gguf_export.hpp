@@ -270,7 +270,8 @@ void add_llama_tensor(GgufExport& e, const LlamaTensorSlot& slot, GgmlType type,
 [[nodiscard]] inline GgufExport export_llama2c_streamed(const std::filesystem::path& path, const Tokenizer& tok, GgmlType type,
                                                         std::string_view name = "barato",
                                                         std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
-  const Llama2cLayout L = read_llama2c_layout(path);
+  Llama2cHeader h;
+  const Llama2cLayout L = read_llama2c_layout(path, &h);
   const LlamaConfig c = llama2c_config(L);
   GgufExport e;
   detail::add_llama_metadata(e.writer, c, tok, type, nullptr, name);
@@ -286,23 +287,16 @@ void add_llama_tensor(GgufExport& e, const LlamaTensorSlot& slot, GgmlType type,
   if (!c.shared_classifier) from.emplace_back(T::kWcls, whole);
   const auto slots = detail::llama_tensor_slots(c);
   barato::require(from.size() == slots.size(), "export_llama2c_streamed: ", from.size(), " tensors for ", slots.size(), " slots");
-  const std::string file = path.string();
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    const auto& t = L.tensors[from[i].first];
+    const T::TensorId id = from[i].first;
+    const std::size_t layer = from[i].second == whole ? 0 : from[i].second;
     const std::size_t n = slots[i].rows * slots[i].cols;
-    const std::size_t per = from[i].second == whole ? t.floats : t.floats / L.n_layers;
+    const std::size_t per = L.tensors[id].layer_floats();
     barato::require(per == n, "export_llama2c_streamed: ", slots[i].name, " has ", per, " values, expected ", n);
-    const std::size_t offset = kLlama2cHeaderBytes + (t.offset + (from[i].second == whole ? 0 : from[i].second * per)) * sizeof(float);
-    detail::add_llama_tensor<true>(e, slots[i], type, nullptr, [file, offset, n, mr, tensor = slots[i].name] {
+    detail::add_llama_tensor<true>(e, slots[i], type, nullptr, [path, L, h, id, layer, n, mr] {
       std::pmr::vector<float> x(n, mr);
-      std::ifstream in(file, std::ios::binary);
-      if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
-      in.seekg(static_cast<std::streamoff>(offset));
-      in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)));
-      const auto got = static_cast<std::size_t>(in.gcount());
-      if (got != n * sizeof(float))
-        throw barato::format_error(file, offset + got, "truncated weights: the file shrank while reading " + tensor + " (expected " +
-                                                           std::to_string(n * sizeof(float)) + " bytes, found " + std::to_string(got) + ")");
+      Llama2cReader in(path, L, h);
+      in.read(id, layer, x);
       return x;
     });
   }

@@ -126,22 +126,38 @@ void check_weights(const LlamaWeights<Linear>& w) {
 /// classifier built by `make_linear(values, rows, cols)` from its fp32 values (read into one scratch
 /// matrix from `mr`, reused: valid only during the call), the gains and the embedding read into fp32
 /// buffers from `mr` (a shared classifier is built from the embedding as loaded). So the load holds
-/// the result and one fp32 matrix, never the whole checkpoint beside it.
+/// the result and one fp32 matrix, never the whole checkpoint beside it. A version-2 file's matrices
+/// are dequantized exactly (q · scale), unless `make_linear` also takes a `Llama2cInt8Matrix`
+/// (`make_linear(int8_matrix, rows, cols)`): then it gets their codes and scales as stored (the
+/// shared classifier too: the embedding's codes). Both calls must return the same type.
 /// Throws `barato::format_error` / `barato::io_error` for bad or missing files.
 template <class MakeLinear>
 [[nodiscard]] auto load_llama2c_with(const std::filesystem::path& path, MakeLinear make_linear,
                                      std::pmr::memory_resource* mr = std::pmr::get_default_resource()) {
   using T = Llama2cCheckpoint;
   using L = std::remove_cvref_t<std::invoke_result_t<MakeLinear&, std::span<const float>, std::size_t, std::size_t>>;
+  constexpr bool kTakesCodes = std::is_invocable_v<MakeLinear&, const Llama2cInt8Matrix&, std::size_t, std::size_t>;
   Llama2cReader in(path);
   const LlamaConfig c = llama2c_config(in.layout());
   std::size_t largest = c.shared_classifier ? 0 : in.floats(T::kWcls);
   for (const auto id : {T::kWq, T::kWk, T::kWv, T::kWo, T::kW1, T::kW2, T::kW3}) largest = std::max(largest, in.layer_floats(id));
-  barato::Buffer<float> scratch(largest, mr);  // one matrix at a time
-  const auto mat = [&](T::TensorId id, std::size_t layer, std::size_t rows, std::size_t cols) {
-    const std::span<float> x = scratch.span().first(in.layer_floats(id));
+  const bool codes = kTakesCodes && in.layout().version == 2;
+  if (codes && c.shared_classifier) largest = std::max(largest, in.floats(T::kTokenEmbedding));
+  barato::Buffer<float> scratch(codes ? 0 : largest, mr);  // one matrix at a time
+  barato::Buffer<std::int8_t> qs(codes ? largest : 0, mr);
+  barato::Buffer<float> ss(codes ? largest / in.layout().group_size : 0, mr);
+  const auto build = [&](T::TensorId id, std::size_t layer, std::size_t rows, std::size_t cols) {
+    const std::size_t n = in.layout().tensors[id].layer_floats();
+    if constexpr (kTakesCodes) {
+      if (codes) {
+        const std::size_t g = in.layout().group_size;
+        in.read_int8(id, layer, qs.span().first(n), ss.span().first(n / g));
+        return L(make_linear(Llama2cInt8Matrix{qs.span().first(n), ss.span().first(n / g), g}, rows, cols));
+      }
+    }
+    const std::span<float> x = scratch.span().first(n);
     in.read(id, layer, x);
-    return make_linear(std::span<const float>(x), rows, cols);
+    return L(make_linear(std::span<const float>(x), rows, cols));
   };
   const auto gain = [&](T::TensorId id, std::size_t layer) {
     barato::Buffer<float> g(in.layer_floats(id), mr);
@@ -151,20 +167,18 @@ template <class MakeLinear>
   std::vector<LlamaLayerWeights<L>> layers;
   layers.reserve(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
-    layers.push_back(LlamaLayerWeights<L>{gain(T::kRmsAtt, i), gain(T::kRmsFfn, i), mat(T::kWq, i, c.q_dim(), c.dim),
-                                          mat(T::kWk, i, c.kv_dim(), c.dim), mat(T::kWv, i, c.kv_dim(), c.dim),
-                                          mat(T::kWo, i, c.dim, c.q_dim()), mat(T::kW1, i, c.hidden_dim, c.dim),
-                                          mat(T::kW2, i, c.dim, c.hidden_dim), mat(T::kW3, i, c.hidden_dim, c.dim)});
+    layers.push_back(LlamaLayerWeights<L>{gain(T::kRmsAtt, i), gain(T::kRmsFfn, i), build(T::kWq, i, c.q_dim(), c.dim),
+                                          build(T::kWk, i, c.kv_dim(), c.dim), build(T::kWv, i, c.kv_dim(), c.dim),
+                                          build(T::kWo, i, c.dim, c.q_dim()), build(T::kW1, i, c.hidden_dim, c.dim),
+                                          build(T::kW2, i, c.dim, c.hidden_dim), build(T::kW3, i, c.hidden_dim, c.dim)});
   }
   barato::Buffer<float> embedding(in.floats(T::kTokenEmbedding), mr);
   in.read(T::kTokenEmbedding, embedding.span());
   barato::Buffer<float> rms_final(in.floats(T::kRmsFinal), mr);
   in.read(T::kRmsFinal, rms_final.span());
   L classifier = [&] {
-    if (c.shared_classifier) return make_linear(std::span<const float>(embedding.span()), c.vocab_size, c.dim);
-    const std::span<float> x = scratch.span().first(in.floats(T::kWcls));
-    in.read(T::kWcls, x);
-    return make_linear(std::span<const float>(x), c.vocab_size, c.dim);
+    if (c.shared_classifier && !codes) return L(make_linear(std::span<const float>(embedding.span()), c.vocab_size, c.dim));
+    return build(c.shared_classifier ? T::kTokenEmbedding : T::kWcls, 0, c.vocab_size, c.dim);
   }();
   LlamaWeights<L> w{c, std::move(embedding), std::move(layers), std::move(rms_final), std::move(classifier)};
   detail::check_weights(w);

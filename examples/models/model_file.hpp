@@ -8,7 +8,8 @@
 /// const Tokenizer tok = m.tokenizer(args.tokenizer, default_tok512);   // GGUF: its own vocabulary
 /// with_model_weights(m, args.weights, &mem, [&](const auto& w) { ... });
 /// ```
-/// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c; for GGUF,
+/// `--weights file` (the tools' default) keeps the file's precision: fp32 for llama2.c versions 0
+/// and 1, int8 groups for version 2 (`llama2c_int8_weights`); for GGUF,
 /// F16 / BF16 projections as nn::Dense<f16 / bf16> and Q8_0 / Q4_0 in barato's ggml-exact formats
 /// (quant::GgmlQ8_0 / GgmlQ4_0, no requantization; models/gguf_llama.hpp, `gguf_linear`). `--weights fp32` dequantizes every projection exactly;
 /// any other scheme re-quantizes from those fp32 values (models/weight_formats.hpp) one tensor at a
@@ -31,6 +32,7 @@
 #include "models/gguf_llama.hpp"
 #include "models/llama_weights.hpp"
 #include "models/llama2c.hpp"
+#include "models/llama2c_int8.hpp"
 #include "models/tokenizer.hpp"
 #include "models/weight_formats.hpp"
 
@@ -57,7 +59,9 @@ class ModelFile {
       m.gguf_.emplace(GgufFile::open(path));
       m.config_ = gguf_llama_config(*m.gguf_, context);
     } else {
-      m.config_ = llama2c_config(read_llama2c_layout(path));
+      const Llama2cLayout L = read_llama2c_layout(path);
+      m.llama2c_version_ = L.version;
+      m.config_ = llama2c_config(L);
       if (context > 0) m.config_.seq_len = context;
     }
     return m;
@@ -68,6 +72,8 @@ class ModelFile {
   [[nodiscard]] const GgufFile* gguf_file() const noexcept { return gguf_ ? &*gguf_ : nullptr; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   [[nodiscard]] const LlamaConfig& config() const noexcept { return config_; }
+  /// A llama2.c checkpoint's export version (0 legacy, 1 fp32, 2 int8 groups); 0 for GGUF.
+  [[nodiscard]] int llama2c_version() const noexcept { return llama2c_version_; }
 
   /// Every projection in fp32 (GGUF: dequantized exactly), from `mr`.
   [[nodiscard]] LlamaWeights<barato::nn::DenseLinear> fp32_weights(std::pmr::memory_resource* mr = std::pmr::get_default_resource()) const {
@@ -101,13 +107,15 @@ class ModelFile {
   ModelFile() = default;
   std::filesystem::path path_;
   std::size_t context_ = 0;
+  int llama2c_version_ = 0;
   LlamaConfig config_;
   std::optional<GgufFile> gguf_;
 };
 
 /// The `--weights` help line of the tools.
 inline constexpr const char* kModelWeightsHelp =
-    "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c;\n"
+    "weight format of the projections and classifier: file (the file's precision: fp32 for llama2.c,\n"
+    "int8 groups for its version-2 export;\n"
     "GGUF F16/BF16 kept, Q8_0/Q4_0 kept in ggml's formats, Q4_1/Q4_K as 4-bit codes with fp32 scales and\n"
     "offsets, the other block types as their exact int8 integers with fp32 scales (and offsets: Q5_1/Q2_K/Q5_K))\n"
     "| fp32 (dequantized exactly) | int8-tensor |\n"
@@ -140,6 +148,27 @@ inline constexpr const char* kModelWeightsHelp =
       mr);
 }
 
+/// A llama2.c version-2 checkpoint in its own precision (`--weights file`): every matrix as
+/// `llama2c_int8_linear` keeps it (int8 codes with their scales where rows hold whole groups, else
+/// exact fp32), the embedding and the gains in fp32 (the embedding dequantized exactly, as `runq.c`
+/// does). `value_error` for a file of another version.
+[[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> llama2c_int8_weights(const ModelFile& m, std::pmr::memory_resource* mr) {
+  barato::require<barato::value_error>(!m.is_gguf() && m.llama2c_version() == 2, "llama2c_int8_weights: ", m.path().string(),
+                                       " is not a llama2.c version-2 (int8) checkpoint");
+  struct Make {
+    std::pmr::memory_resource* mr;
+    barato::nn::AnyLinear operator()(std::span<const float> x, std::size_t rows, std::size_t cols) const {
+      return barato::nn::AnyLinear(barato::nn::DenseLinear(rows, cols, x, mr));
+    }
+    barato::nn::AnyLinear operator()(const Llama2cInt8Matrix& q, std::size_t rows, std::size_t cols) const {
+      return llama2c_int8_linear(q, rows, cols, mr);
+    }
+  };
+  auto w = load_llama2c_with(m.path(), Make{mr}, mr);
+  w.config.seq_len = m.config().seq_len;
+  return w;
+}
+
 /// The weights `weights` names (see the file comment), built without holding more than they need:
 /// a GGUF file in its own formats never becomes an fp32 model, a re-quantized one never holds it
 /// beside the quantized one (`requantized_weights`), and fp32 weights are read into their layers (a
@@ -148,6 +177,7 @@ inline constexpr const char* kModelWeightsHelp =
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> model_weights(const ModelFile& m, std::string_view weights,
                                                                        std::pmr::memory_resource* mr) {
   if (weights == "file" && m.is_gguf()) return m.gguf_weights(mr);
+  if (weights == "file" && m.llama2c_version() == 2) return llama2c_int8_weights(m, mr);
   if (weights == "file" || weights == "fp32") return into_any_linear(m.fp32_weights(mr));
   return requantized_weights(m, weight_scheme(weights), mr);
 }

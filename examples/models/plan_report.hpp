@@ -29,19 +29,8 @@ namespace barato_examples {
 /// The shape of a llama2.c checkpoint, from its header (validated as `read_llama2c` does, file size
 /// included); the weights are not read. `io_error` / `format_error` for a missing or bad file.
 [[nodiscard]] inline barato::plan::ModelShape llama2c_shape(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw barato::io_error(file + ": cannot open llama2.c checkpoint");
-  Llama2cHeader h;
-  in.read(reinterpret_cast<char*>(&h), sizeof(h));
-  if (in.gcount() != static_cast<std::streamsize>(sizeof(h)))
-    throw barato::format_error(file, static_cast<std::size_t>(in.gcount()), "truncated header: expected 28 bytes (7 int32)");
-  const Llama2cLayout L = llama2c_layout(h, file);
-  const auto size = static_cast<std::size_t>(std::filesystem::file_size(path));
-  if (size != L.file_bytes())
-    throw barato::format_error(file, size, "expected a file of " + std::to_string(L.file_bytes()) +
-                                               " bytes (from its header), found " + std::to_string(size));
-  const std::size_t freq_cis = L.seq_len * L.head_size;  // real + imag halves, never used by the model
+  const Llama2cLayout L = read_llama2c_layout(path);
+  const std::size_t freq_cis = L.tensors[Llama2cCheckpoint::kFreqCis].floats;  // version 0 only, never used by the model
   return {.name = path.filename().string(), .parameters = double(L.total_floats - freq_cis), .layers = L.n_layers,
           .q_heads = L.n_heads, .kv_heads = L.n_kv_heads, .head_dim = L.head_size, .vocab = L.vocab, .dim = L.dim,
           .hidden_dim = L.hidden_dim};
@@ -63,7 +52,8 @@ namespace barato_examples {
 /// `--weights file`: the weights as the tools load a model file with `--weights file`, as the bits
 /// per parameter of `shape` they average: a GGUF file's tensors in their loaded formats
 /// (`gguf_llama_loaded_bytes`, from the tensor infos; e.g. Q4_K → 6 bits: 4-bit codes, fp32 scales and offsets;
-/// Q6_K → 10), a llama2.c checkpoint fp32; either way a tied classifier is a second copy of the embedding, as the loaders
+/// Q6_K → 10), a llama2.c checkpoint fp32 (version 2: its matrices as int8 codes with fp32 scales
+/// per 16 or 32, or fp32 where groups cross rows); either way a tied classifier is a second copy of the embedding, as the loaders
 /// make it. `CliError` without --model.
 [[nodiscard]] inline barato::plan::WeightFormat file_weight_format(const std::string& model, const barato::plan::ModelShape& shape) {
   if (model.empty()) throw CliError("--weights file needs --model FILE (the formats are the file's)");
@@ -74,6 +64,14 @@ namespace barato_examples {
   } else {
     const Llama2cLayout L = read_llama2c_layout(model);
     bytes = 4.0 * (shape.parameters + (L.shared_classifier ? double(L.vocab * L.dim) : 0.0));
+    if (L.version == 2) {  // the matrices as llama2c_int8_weights keeps them; the embedding and gains fp32
+      const std::size_t g = L.group_size, d = L.dim, h = L.hidden_dim, q = L.n_heads * L.head_size;
+      const std::size_t per_layer = llama2c_int8_loaded_bytes(q, d, g) + 2 * llama2c_int8_loaded_bytes(L.kv_dim, d, g) +
+                                    llama2c_int8_loaded_bytes(d, q, g) + 2 * llama2c_int8_loaded_bytes(h, d, g) +
+                                    llama2c_int8_loaded_bytes(d, h, g);
+      bytes = 4.0 * double(L.vocab * d + (2 * L.n_layers + 1) * d) + double(L.n_layers * per_layer) +
+              double(llama2c_int8_loaded_bytes(L.vocab, d, g));
+    }
   }
   return barato::plan::WeightFormat{.name = "file", .bits_per_weight = 8.0 * bytes / shape.parameters}.checked();
 }

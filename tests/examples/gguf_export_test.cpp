@@ -307,7 +307,7 @@ TEST_CASE("gguf export: streamed from a llama2.c checkpoint, tensor by tensor, g
   // A file that shrinks between the export and the writing: the tensor the read fails in is named.
   const GgufExport e = export_llama2c_streamed(tmp, tok, GgmlType::q8_0, "s");
   std::filesystem::resize_file(tmp, std::filesystem::file_size(tmp) - 4);
-  CHECK_THROWS_WITH_AS((void)e.writer.bytes(), doctest::Contains("output.weight"), barato::format_error);
+  CHECK_THROWS_WITH_AS((void)e.writer.bytes(), doctest::Contains("while reading wcls"), barato::format_error);
   // A bad header is refused before anything is set up.
   std::filesystem::resize_file(tmp, 10);
   CHECK_THROWS_AS((void)export_llama2c_streamed(tmp, tok, GgmlType::q8_0, "s"), barato::format_error);

@@ -2,12 +2,16 @@
 // and crafted bad files (every failure names the file and the byte offset; never an out-of-bounds read).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "barato/core/memory.hpp"
@@ -292,4 +296,268 @@ TEST_CASE("llama2c: Llama2cReader reads each tensor and layer where the checkpoi
                            std::to_string(4 * in.layer_floats(Llama2cCheckpoint::kW1)) + " bytes, found 0)") != std::string::npos,
                   msg);
   }
+}
+
+// ------------------------------------------------------------------------------------------------
+// export.py's versioned layouts ("ak42" header): version 1 (fp32, another tensor order) and version 2
+// (int8 values with fp32 scales per group of the flattened matrix), written here by the test's own
+// writer from a model's tensors in version 0's order.
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+
+using barato_examples::Llama2cLayout;
+using Id = Llama2cCheckpoint::TensorId;
+
+/// Random tensors in version 0's order for header h (freq_cis included, values unused).
+std::vector<float> random_payload(const Llama2cHeader& h, std::uint32_t seed) {
+  std::vector<float> p(floats_for(h));
+  std::uint32_t s = seed;
+  for (float& x : p) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<std::int32_t>(s >> 8) - (1 << 23)) * (1.0f / (1 << 23));
+  }
+  return p;
+}
+
+/// The test's own Q8 rule (export.py's quantize_q80 in fp32): per group of g values, scale =
+/// max|w| / 127, q = round-half-even(w / scale) (0 when the scale is 0).
+void quantize_q80(std::span<const float> w, std::size_t g, std::vector<std::int8_t>& q, std::vector<float>& s) {
+  for (std::size_t k = 0; k < w.size(); k += g) {
+    float amax = 0;
+    for (std::size_t i = k; i < k + g; ++i) amax = std::max(amax, std::fabs(w[i]));
+    const float scale = amax / 127.0f;
+    s.push_back(scale);
+    for (std::size_t i = k; i < k + g; ++i) q.push_back(scale == 0 ? 0 : static_cast<std::int8_t>(std::nearbyint(w[i] / scale)));
+  }
+}
+
+/// Writes the model (header h, tensors `p` in version 0's order) as export.py's version 1 or 2.
+/// `shared_byte` and `group` are written as given (a test may make them wrong).
+fs::path write_versioned(const std::string& name, Llama2cHeader h, std::span<const float> p, int version, std::int32_t group,
+                         unsigned char shared_byte) {
+  const Llama2cLayout L0 = barato_examples::llama2c_layout(h, "x");
+  const fs::path path = temp_dir() / name;
+  std::ofstream out(path, std::ios::binary);
+  const std::uint32_t magic = 0x616b3432;
+  out.write(reinterpret_cast<const char*>(&magic), 4);
+  out.write(reinterpret_cast<const char*>(&version), 4);
+  h.vocab_size = h.vocab_size < 0 ? -h.vocab_size : h.vocab_size;
+  out.write(reinterpret_cast<const char*>(&h), 28);
+  out.put(static_cast<char>(shared_byte));
+  if (version == 2) out.write(reinterpret_cast<const char*>(&group), 4);
+  while (out.tellp() < 256) out.put('\0');
+  const auto tensor = [&](Id id) { return p.subspan(L0.tensors[id].offset, L0.tensors[id].floats); };
+  const auto fp32 = [&](std::span<const float> x) { out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size_bytes())); };
+  for (const Id id : {Llama2cCheckpoint::kRmsAtt, Llama2cCheckpoint::kRmsFfn, Llama2cCheckpoint::kRmsFinal}) fp32(tensor(id));
+  std::vector<Id> mats{Llama2cCheckpoint::kTokenEmbedding, Llama2cCheckpoint::kWq, Llama2cCheckpoint::kWk, Llama2cCheckpoint::kWv,
+                       Llama2cCheckpoint::kWo, Llama2cCheckpoint::kW1, Llama2cCheckpoint::kW2, Llama2cCheckpoint::kW3};
+  if (!L0.shared_classifier) mats.push_back(Llama2cCheckpoint::kWcls);
+  for (const Id id : mats) {
+    if (version == 1) {
+      fp32(tensor(id));
+      continue;
+    }
+    const std::size_t layers = L0.tensors[id].layers, per = L0.tensors[id].floats / layers;
+    for (std::size_t l = 0; l < layers; ++l) {
+      std::vector<std::int8_t> q;
+      std::vector<float> s;
+      quantize_q80(tensor(id).subspan(l * per, per), static_cast<std::size_t>(group), q, s);
+      out.write(reinterpret_cast<const char*>(q.data()), static_cast<std::streamsize>(q.size()));
+      fp32(s);
+    }
+  }
+  return path;
+}
+
+constexpr Llama2cHeader kMid{32, 64, 2, 4, 2, 40, 8};  // head 8, kv_dim 16: every matrix a multiple of 32 values
+
+}  // namespace
+
+TEST_CASE("llama2c: a version-1 file reads as the version-0 file it was written from, tensor for tensor") {
+  for (const std::int32_t vocab : {40, -40}) {
+    Llama2cHeader h = kMid;
+    h.vocab_size = vocab;
+    CAPTURE(vocab);
+    const std::vector<float> p = random_payload(h, 7);
+    const fs::path v1 = write_versioned("v1.bin", h, p, 1, 0, vocab > 0 ? 1 : 0);
+    const Llama2cCheckpoint ck = read_llama2c(v1);
+    const Llama2cLayout& L = ck.layout();
+    CHECK(L.version == 1);
+    CHECK(L.header_bytes == 256);
+    CHECK(L.shared_classifier == (vocab > 0));
+    CHECK(L.file_bytes() == fs::file_size(v1));
+    const Llama2cLayout L0 = barato_examples::llama2c_layout(h, "x");
+    CHECK(L.total_floats == L0.total_floats - L0.tensors[Llama2cCheckpoint::kFreqCis].floats);  // no freq_cis after version 0
+    for (std::size_t i = 0; i < Llama2cLayout::kTensors; ++i) {
+      if (i == Llama2cCheckpoint::kFreqCis) continue;
+      CAPTURE(i);
+      const auto want = std::span<const float>(p).subspan(L0.tensors[i].offset, L0.tensors[i].floats);
+      const auto got = ck.tensor(static_cast<Id>(i));
+      CHECK(std::equal(got.begin(), got.end(), want.begin(), want.end()));
+    }
+  }
+}
+
+TEST_CASE("llama2c: a version-2 file dequantizes exactly (q · scale) and gives its codes and scales as stored") {
+  for (const std::int32_t group : {16, 32, 64}) {
+    for (const std::int32_t vocab : {40, -40}) {
+      Llama2cHeader h = kMid;
+      h.vocab_size = vocab;
+      CAPTURE(group);
+      CAPTURE(vocab);
+      const std::vector<float> p = random_payload(h, static_cast<std::uint32_t>(group));
+      const fs::path v2 = write_versioned("v2.bin", h, p, 2, group, vocab > 0 ? 1 : 0);
+      const Llama2cLayout L0 = barato_examples::llama2c_layout(h, "x");
+      barato_examples::Llama2cReader in(v2);
+      const Llama2cLayout& L = in.layout();
+      CHECK(L.version == 2);
+      CHECK(L.group_size == std::size_t(group));
+      CHECK(L.file_bytes() == fs::file_size(v2));
+      const Llama2cCheckpoint ck = read_llama2c(v2);
+      for (std::size_t i = 0; i < Llama2cLayout::kTensors; ++i) {
+        const auto id = static_cast<Id>(i);
+        const auto& t = L.tensors[i];
+        if (t.floats == 0) continue;
+        CAPTURE(t.name);
+        const bool gain = id == Llama2cCheckpoint::kRmsAtt || id == Llama2cCheckpoint::kRmsFfn || id == Llama2cCheckpoint::kRmsFinal;
+        CHECK(in.is_int8(id) == !gain);
+        const auto want = std::span<const float>(p).subspan(L0.tensors[i].offset, L0.tensors[i].floats);
+        const auto got = ck.tensor(id);
+        REQUIRE(got.size() == want.size());
+        if (gain) {
+          CHECK(std::equal(got.begin(), got.end(), want.begin()));
+          CHECK_THROWS_AS(in.read_int8(id, 0, {}, {}), barato::shape_error);
+          continue;
+        }
+        for (std::size_t l = 0; l < t.layers; ++l) {
+          std::vector<std::int8_t> q, q_file(t.layer_floats());
+          std::vector<float> s, s_file(t.layer_floats() / std::size_t(group));
+          quantize_q80(want.subspan(l * t.layer_floats(), t.layer_floats()), std::size_t(group), q, s);
+          in.read_int8(id, l, q_file, s_file);
+          CHECK(q_file == q);
+          CHECK(s_file == s);
+          std::size_t exact = 0;
+          for (std::size_t k = 0; k < q.size(); ++k)
+            exact += got[l * t.layer_floats() + k] == static_cast<float>(q[k]) * s[k / std::size_t(group)];
+          CHECK(exact == q.size());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("llama2c: bad versioned headers name the field and its byte offset") {
+  const std::vector<float> p = random_payload(kMid, 3);
+  const auto error_of = [](const fs::path& f) {
+    const auto e = expect_format_error(f);
+    return std::pair<std::size_t, std::string>(e.offset(), e.what());
+  };
+  const auto patch = [](const fs::path& f, std::size_t at, std::int32_t v) {
+    std::fstream io(f, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(reinterpret_cast<const char*>(&v), 4);
+  };
+  SUBCASE("unknown version") {
+    const fs::path f = write_versioned("ver.bin", kMid, p, 1, 0, 1);
+    patch(f, 4, 3);
+    const auto r = error_of(f);
+    const std::size_t off = r.first;
+    const std::string msg = r.second;
+    CHECK(off == 4);
+    CHECK_MESSAGE(msg.find("version: expected 1 or 2") != std::string::npos, msg);
+    CHECK(msg.find("found 3") != std::string::npos);
+  }
+  SUBCASE("shared_classifier flag not 0 or 1") {
+    const auto r = error_of(write_versioned("shared.bin", kMid, p, 1, 0, 2));
+    const std::size_t off = r.first;
+    const std::string msg = r.second;
+    CHECK(off == 36);
+    CHECK_MESSAGE(msg.find("shared_classifier: expected 0 or 1, found 2") != std::string::npos, msg);
+  }
+  SUBCASE("group size zero, negative, or not dividing a matrix") {
+    for (const std::int32_t g : {0, -32}) {
+      const fs::path f = write_versioned("group.bin", kMid, p, 2, 32, 1);
+      patch(f, 37, g);
+      const auto r = error_of(f);
+      const std::size_t off = r.first;
+      const std::string msg = r.second;
+      CHECK(off == 37);
+      CHECK_MESSAGE(msg.find("group_size: expected > 0, found " + std::to_string(g)) != std::string::npos, msg);
+    }
+    const fs::path f = write_versioned("group.bin", kMid, p, 2, 32, 1);
+    patch(f, 37, 24);  // divides dim 32? no: the embedding's 40 × 32 = 1280 values are not groups of 24
+    const auto r = error_of(f);
+    const std::size_t off = r.first;
+    const std::string msg = r.second;
+    CHECK(off == 37);
+    CHECK_MESSAGE(msg.find("group_size: 24 does not divide the 1280 values of token_embedding") != std::string::npos, msg);
+  }
+  SUBCASE("negative vocab_size (versions 1 and 2 say shared in their flag)") {
+    const fs::path f = write_versioned("vocab.bin", kMid, p, 1, 0, 1);
+    patch(f, 8 + 20, -40);
+    const auto r = error_of(f);
+    const std::size_t off = r.first;
+    const std::string msg = r.second;
+    CHECK(off == 28);
+    CHECK_MESSAGE(msg.find("header field vocab_size: expected > 0, found -40") != std::string::npos, msg);
+  }
+  SUBCASE("truncated header, truncated weights, trailing bytes") {
+    Llama2cHeader hu = kMid;
+    hu.vocab_size = -40;  // unshared: wcls is the last matrix
+    const fs::path f = write_versioned("cut.bin", hu, random_payload(hu, 4), 2, 32, 0);
+    const std::size_t size = fs::file_size(f);
+    fs::resize_file(f, size + 5);
+    auto r = error_of(f);
+    std::size_t off = r.first;
+    std::string msg = r.second;
+    CHECK(off == size);
+    CHECK(msg.find("trailing bytes") != std::string::npos);
+    fs::resize_file(f, size - 4);  // inside wcls's scales
+    std::tie(off, msg) = error_of(f);
+    CHECK(off == size - 4);
+    CHECK_MESSAGE(msg.find("the file ends inside wcls") != std::string::npos, msg);
+    CHECK(msg.find("sized by header field vocab_size (byte 28) = 40") != std::string::npos);
+    fs::resize_file(f, 100);
+    std::tie(off, msg) = error_of(f);
+    CHECK(off == 100);
+    CHECK_MESSAGE(msg.find("expected 256 bytes") != std::string::npos, msg);
+  }
+}
+
+TEST_CASE("llama2c: llama2.c's own version-2 file of stories260K (runq.c's format) reads as the fp32 model quantized") {
+  const auto dir = barato::test::data_dir_or_skip("stories260K/stories260K_q80.bin");
+  if (dir.empty()) return;
+  const Llama2cCheckpoint fp = read_llama2c(dir / "stories260K/stories260K.bin");
+  const Llama2cCheckpoint q8 = read_llama2c(dir / "stories260K/stories260K_q80.bin");
+  const Llama2cLayout& L = q8.layout();
+  CHECK(L.version == 2);
+  CHECK(L.group_size == 32);
+  CHECK(L.shared_classifier);
+  CHECK(L.file_bytes() == 294816);
+  CHECK(L.dim == 64);
+  CHECK(L.hidden_dim == 172);
+  // Every value within half a step of the fp32 weight; the gains bit for bit; the whole payload
+  // equals the test's own quantization of the fp32 file (the reader's offsets, groups and order).
+  barato_examples::Llama2cReader in(dir / "stories260K/stories260K_q80.bin");
+  std::size_t values = 0, same = 0;
+  for (std::size_t i = 0; i < Llama2cLayout::kTensors; ++i) {
+    const auto id = static_cast<Id>(i);
+    if (id == Llama2cCheckpoint::kFreqCis || L.tensors[i].floats == 0) continue;
+    const auto w = fp.tensor(id), x = q8.tensor(id);
+    REQUIRE(w.size() == x.size());
+    if (!in.is_int8(id)) {
+      CHECK(std::equal(w.begin(), w.end(), x.begin()));
+      continue;
+    }
+    const auto& t = L.tensors[i];
+    for (std::size_t l = 0; l < t.layers; ++l) {
+      std::vector<std::int8_t> q;
+      std::vector<float> s;
+      quantize_q80(w.subspan(l * t.layer_floats(), t.layer_floats()), 32, q, s);
+      for (std::size_t k = 0; k < q.size(); ++k, ++values) same += x[l * t.layer_floats() + k] == static_cast<float>(q[k]) * s[k / 32];
+    }
+  }
+  CHECK(values == 259328);  // the README: 259,328 int8 values
+  CHECK(same == values);
 }

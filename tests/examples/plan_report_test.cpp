@@ -14,6 +14,7 @@
 #include "models/llama.hpp"
 #include "models/llama2c.hpp"
 #include "models/llama_weights.hpp"
+#include "models/model_file.hpp"
 #include "models/tokenizer.hpp"
 #include "support/data.hpp"
 #include "support/ggml_pack.hpp"
@@ -253,7 +254,7 @@ TEST_CASE("plan report: --weights file is the weights as the tools load the file
   const LlamaConfig bc = gguf_llama_config(blocks, 0);
   CHECK(gguf_llama_loaded_bytes(blocks, bc) == load_gguf_llama(blocks, bc).bytes());
   for (const char* name : {"stories260K-f32.gguf", "stories260K-h192-f32.gguf", "stories260K-h192-q8_0.gguf",
-                           "stories260K-h192-q4_0.gguf", "stories260K.bin"}) {
+                           "stories260K-h192-q4_0.gguf", "stories260K.bin", "stories260K_q80.bin"}) {
     INFO(name);
     const auto path = dir / "stories260K" / name;
     std::size_t loaded = 0;
@@ -262,6 +263,8 @@ TEST_CASE("plan report: --weights file is the weights as the tools load the file
       const LlamaConfig c = gguf_llama_config(f);
       loaded = load_gguf_llama(f, c).bytes();
       CHECK(gguf_llama_loaded_bytes(f, c) == loaded);
+    } else if (read_llama2c_layout(path).version == 2) {
+      loaded = llama2c_int8_weights(ModelFile::open(path), std::pmr::get_default_resource()).bytes();
     } else {
       loaded = load_llama2c(path).bytes();  // fp32, the tied classifier a copy of the embedding
     }

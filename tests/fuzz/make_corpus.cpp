@@ -86,6 +86,39 @@ std::string checkpoint(std::int32_t dim, std::int32_t hidden, std::int32_t layer
   return f;
 }
 
+/// A version-1 (fp32) or version-2 (int8 values, fp32 scales per `group`) checkpoint in export.py's
+/// layout: the 256-byte "ak42" header, the norm gains, then the matrices (examples/models/llama2c.hpp).
+std::string versioned_checkpoint(std::int32_t version, std::int32_t dim, std::int32_t hidden, std::int32_t layers, std::int32_t heads,
+                                 std::int32_t kv_heads, std::int32_t vocab, std::int32_t seq_len, bool shared, std::int32_t group) {
+  std::string f;
+  append(f, std::uint32_t{0x616b3432});
+  append(f, version);
+  for (const std::int32_t v : {dim, hidden, layers, heads, kv_heads, vocab, seq_len}) append(f, v);
+  f.push_back(shared ? '\1' : '\0');
+  if (version == 2) append(f, group);
+  f.resize(256, '\0');
+  const std::size_t head = static_cast<std::size_t>(dim / heads), kv_dim = static_cast<std::size_t>(kv_heads) * head;
+  const std::size_t d = static_cast<std::size_t>(dim), h = static_cast<std::size_t>(hidden), L = static_cast<std::size_t>(layers);
+  const std::size_t v = static_cast<std::size_t>(vocab);
+  const auto floats = [&](std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) append(f, static_cast<float>(static_cast<int>(next() % 200) - 100) / 256.0f);
+  };
+  floats(2 * L * d + d);  // rms_att, rms_ffn, rms_final
+  std::vector<std::size_t> mats{v * d};
+  for (const std::size_t n : {d * d, kv_dim * d, kv_dim * d, d * d, h * d, d * h, h * d})
+    for (std::size_t l = 0; l < L; ++l) mats.push_back(n);
+  if (!shared) mats.push_back(v * d);
+  for (const std::size_t n : mats) {
+    if (version == 1) {
+      floats(n);
+      continue;
+    }
+    for (std::size_t i = 0; i < n; ++i) f.push_back(static_cast<char>(next() & 0xFF));
+    floats(n / static_cast<std::size_t>(group));
+  }
+  return f;
+}
+
 std::string random_bytes(std::size_t n) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(next() & 0xFF);
@@ -168,6 +201,9 @@ int main(int argc, char** argv) {
   // ---- llama2c: tiny checkpoints, shared and unshared classifier, GQA
   put(out / "llama2c", "tiny_shared.bin", checkpoint(8, 12, 1, 2, 1, 6, 4));
   put(out / "llama2c", "tiny_unshared.bin", checkpoint(4, 4, 2, 2, 2, -5, 2));
+  put(out / "llama2c", "tiny_v1.bin", versioned_checkpoint(1, 8, 12, 1, 2, 1, 6, 4, true, 0));
+  put(out / "llama2c", "tiny_v2_g16.bin", versioned_checkpoint(2, 16, 32, 1, 2, 1, 6, 4, true, 16));
+  put(out / "llama2c", "tiny_v2_unshared_g8.bin", versioned_checkpoint(2, 8, 12, 2, 2, 2, 5, 2, false, 8));
   // ---- requests: JSON Lines covering every key, escapes, blank lines
   put(out / "requests", "basic.jsonl",
       "{\"id\": \"r1\", \"prompt\": \"Once upon a time\", \"max_tokens\": 64, \"temperature\": 0, \"seed\": 7, \"arrival\": 0}\n"
@@ -190,6 +226,8 @@ int main(int argc, char** argv) {
     }
     const std::string ck = slurp(data / "stories260K/stories260K.bin");
     if (ck.size() > 400) put(out / "llama2c", "stories260K_head.bin", ck.substr(0, 28 + 372));
+    const std::string q80 = slurp(data / "stories260K/stories260K_q80.bin");
+    if (q80.size() > 700) put(out / "llama2c", "stories260K_q80_head.bin", q80.substr(0, 700));
     std::ifstream text(data / "text/tinystories-valid-sample.txt", std::ios::binary);
     std::string line;
     for (int k = 0; k < 8 && std::getline(text, line); ++k)

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -78,4 +79,32 @@ TEST_CASE("barato_generate --model X.gguf with matrices in every ggml block type
   INFO(native.err);
   CHECK(native.status == 0);
   CHECK(!ids(native.out).empty());
+}
+
+TEST_CASE("barato_generate --model a llama2.c version-2 file: int8 codes by default, its exact values with --weights fp32") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K_q80.bin");
+  if (data.empty()) return;
+  const std::string q80 = (data / "stories260K/stories260K_q80.bin").string();
+  const auto ids = [](const std::string& out) {
+    const auto at = out.find("\"generated_ids\":");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(']', at) - at + 1);
+  };
+  const std::string flags = " --steps 40 --threads 1 --json --prompt \"Once upon a time\"";
+  const auto file = run_tool("--model " + q80 + flags), fp32 = run_tool("--model " + q80 + flags + " --weights fp32");
+  INFO(file.err << fp32.err);
+  REQUIRE((file.status == 0 && fp32.status == 0));
+  CHECK(!ids(file.out).empty());
+  CHECK(ids(file.out) == ids(fp32.out));  // the int8 kernel follows the dequantized weights here
+  // A version byte the reader does not know: one error line naming the field and its offset.
+  const fs::path dir = barato::test::scratch_dir() / "generate_tool_check";
+  fs::create_directories(dir);
+  std::ifstream in(q80, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes[4] = 3;
+  const fs::path bad = dir / "version3.bin";
+  std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const auto r = run_tool("--steps 4 --model " + bad.string());
+  CHECK(r.status == 1);
+  CHECK_MESSAGE(barato::test::one_error_line(r.err, "barato_generate", bad.string(), "byte offset 4", "version", "found 3"), r.err);
+  CHECK(r.out.empty());
 }
