@@ -91,7 +91,7 @@ Run spec_run(const LlamaWeights<barato::nn::DenseLinear>& w, const std::string& 
   Run r;
   r.ms = 1e300;
   for (int i = 0; i < reps; ++i) {
-    const GenerateOptions opt{.steps = steps, .temperature = temperature, .seed = seed, .use_cache = true};
+    const GenerateOptions opt{.steps = steps, .temperature = temperature, .top_p = 1.0f, .seed = seed, .use_cache = true};
     const auto g = generate_speculative(target, w, parse_draft(draft), prompt, opt, gamma, 1, &r.report);
     r.ms = std::min(r.ms, g.prefill_ms + g.decode_ms);
     r.tokens = g.generated;

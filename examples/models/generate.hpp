@@ -6,12 +6,15 @@
 ///    0 … steps−1 are forwarded; at every position where the prompt is used up one token is sampled,
 ///    so n_generated = steps − n_prompt + 1 (0 when steps < n_prompt).
 ///  - Generation stops early when BOS (id 1) is sampled; that id is the last generated one.
-///  - Temperature 0 is greedy argmax (ties → lowest id). Otherwise softmax(logits / T) is sampled
-///    with run.c's xorshift* generator and its inverse-CDF draw (no top-p).
+///  - Temperature 0 is greedy argmax (ties → lowest id). Otherwise run.c's `sample`, in its float
+///    arithmetic: softmax(logits / T), one draw of run.c's xorshift* generator per sampled token,
+///    then the inverse-CDF pick over the whole distribution, or over its top-p nucleus (run.c's `-p`,
+///    default 0.9; `sample_runc`). With the same logits, seed, T and p the ids are run.c's.
 ///  - Cached mode prefills the prompt as one block, then decodes one token per step against the
 ///    cache. Uncached mode (`use_cache = false`) empties the cache and recomputes the whole
 ///    sequence at every step (the baseline a KV cache removes).
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -30,6 +33,7 @@ using barato::Token;
 struct GenerateOptions {
   std::size_t steps = 256;   ///< total positions including the prompt (run.c's -n)
   float temperature = 0.0f;  ///< 0 = greedy
+  float top_p = 0.9f;        ///< run.c's -p (its default): nucleus mass when sampling; <= 0 or >= 1: no nucleus
   std::uint64_t seed = 0;    ///< sampling seed (run.c's default is the time; pass one explicitly)
   bool use_cache = true;     ///< false: recompute the whole sequence every step
 };
@@ -71,30 +75,81 @@ class XorshiftRng {
   std::uint64_t state_;
 };
 
-/// Samples from softmax(logits / temperature) by inverse CDF; `logits` is overwritten with the
-/// probabilities. temperature must be > 0.
-[[nodiscard]] inline Token sample_temperature(std::span<float> logits, float temperature, XorshiftRng& rng) {
+/// One candidate of run.c's top-p draw: a probability and its id.
+struct ProbIndex {
+  float prob = 0.0f;
+  Token index = 0;
+};
+
+/// run.c's `sample` at temperature > 0, in run.c's float arithmetic (so that the same logits, seed,
+/// temperature and top_p pick run.c's id): logits[i] /= temperature; softmax (max, expf(x − max)
+/// summed in float in id order, each divided by the sum); one coin = rng.next_f32(); then
+///  - top_p <= 0 or >= 1: `sample_mult`, the first id whose running float sum of probabilities
+///    exceeds the coin (the last id if rounding leaves none);
+///  - else `sample_topp`: the ids with p >= (1 − top_p) / (n − 1), by p descending (equal p in id
+///    order: a stable sort, as glibc's merge-sort qsort leaves them), cut after the first whose
+///    running float sum exceeds top_p, and the first of those whose running sum exceeds
+///    coin × that sum (the cut's last id if rounding leaves none).
+/// `logits` becomes the probabilities; `scratch` needs logits.size() entries when 0 < top_p < 1.
+/// Throws `value_error` for a temperature that is not finite and > 0, `shape_error` for a short scratch.
+[[nodiscard]] inline Token sample_runc(std::span<float> logits, float temperature, float top_p, XorshiftRng& rng,
+                                       std::span<ProbIndex> scratch = {}) {
   barato::require<barato::value_error>(temperature > 0.0f && std::isfinite(temperature),
-                                       "sample_temperature: temperature must be finite and > 0, got ", temperature);
+                                       "sample_runc: temperature must be finite and > 0, got ", temperature);
+  const std::size_t n = logits.size();
+  for (float& x : logits) x /= temperature;
   float m = logits[0];
   for (const float x : logits) m = x > m ? x : m;
-  double sum = 0.0;
+  float sum = 0.0f;
   for (float& x : logits) {
-    x = std::exp((x - m) / temperature);
+    x = std::exp(x - m);
     sum += x;
   }
-  const double coin = static_cast<double>(rng.next_f32()) * sum;
-  double cdf = 0.0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    cdf += logits[i];
-    if (coin < cdf) return static_cast<Token>(i);
+  for (float& x : logits) x /= sum;
+  const float coin = rng.next_f32();
+  if (top_p <= 0.0f || top_p >= 1.0f || n < 2) {
+    float cdf = 0.0f;
+    for (std::size_t i = 0; i < n; ++i) {
+      cdf += logits[i];
+      if (coin < cdf) return static_cast<Token>(i);
+    }
+    return static_cast<Token>(n - 1);
   }
-  return static_cast<Token>(logits.size() - 1);  // rounding
+  barato::require(scratch.size() >= n, "sample_runc: top-p scratch has ", scratch.size(), " entries, expected ", n);
+  const float cutoff = (1.0f - top_p) / static_cast<float>(n - 1);
+  std::size_t n0 = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (logits[i] >= cutoff) scratch[n0++] = {logits[i], static_cast<Token>(i)};
+  if (n0 == 0) return argmax(logits);  // a uniform-ish distribution and a tiny top_p (run.c reads probindex[-1])
+  const auto cand = scratch.first(n0);
+  std::stable_sort(cand.begin(), cand.end(), [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob; });
+  float cumulative = 0.0f;
+  std::size_t last = n0 - 1;
+  for (std::size_t i = 0; i < n0; ++i) {
+    cumulative += cand[i].prob;
+    if (cumulative > top_p) {
+      last = i;
+      break;
+    }
+  }
+  const float r = coin * cumulative;
+  float cdf = 0.0f;
+  for (std::size_t i = 0; i <= last; ++i) {
+    cdf += cand[i].prob;
+    if (r < cdf) return cand[i].index;
+  }
+  return cand[last].index;
+}
+
+/// `sample_runc` over the whole distribution (no top-p): softmax(logits / temperature) by inverse
+/// CDF; `logits` is overwritten with the probabilities. temperature must be > 0.
+[[nodiscard]] inline Token sample_temperature(std::span<float> logits, float temperature, XorshiftRng& rng) {
+  return sample_runc(logits, temperature, 1.0f, rng);
 }
 
 /// Runs run.c's generation loop on `model` from `prompt` (which should start with BOS). The model is
 /// reset first. `logits` is caller scratch of vocab_size() floats (so the loop allocates nothing but
-/// the result vector, reserved up front).
+/// the result vector, reserved up front, and top-p's candidate list, allocated once).
 template <class Model>
   requires requires(Model& m, std::span<const Token> t, std::span<float> l) {
     m.reset();
@@ -125,8 +180,10 @@ GenerateResult generate(Model& model, std::span<const Token> prompt, const Gener
     seq.assign(prompt.begin(), prompt.end());
   }
   XorshiftRng rng(opt.seed);
+  const bool nucleus = opt.temperature > 0.0f && opt.top_p > 0.0f && opt.top_p < 1.0f;
+  std::vector<ProbIndex> candidates(nucleus ? logits.size() : 0);  // run.c's probindex, allocated once
   const auto pick = [&] {
-    return opt.temperature == 0.0f ? argmax(logits) : sample_temperature(logits, opt.temperature, rng);
+    return opt.temperature == 0.0f ? argmax(logits) : sample_runc(logits, opt.temperature, opt.top_p, rng, candidates);
   };
 
   model.reset();

@@ -150,7 +150,7 @@ GenerateResult run_with(barato::spec::StepModelRef target, D& drafter, R rule, s
 }
 
 /// The drafter `choice` names, its sampler and the verify rule matching the temperature: greedy
-/// drafts and `GreedyVerify` at temperature 0, else drafts sampled at the temperature and
+/// drafts and `GreedyVerify` at temperature 0, else drafts sampled at the temperature (and top-p) and
 /// `StochasticVerify` (only these two pairs are instantiated). The target is a `StepModelRef`, so
 /// this is compiled once whatever the caller's model type (the tools' ten `--kv` caches).
 inline GenerateResult generate_speculative_impl(barato::spec::StepModelRef target, const LlamaWeights<barato::nn::DenseLinear>* dense,
@@ -160,7 +160,11 @@ inline GenerateResult generate_speculative_impl(barato::spec::StepModelRef targe
   if (opt.steps < prompt.size()) return {};  // run.c: the prompt alone fills the steps, nothing sampled
   const std::size_t V = target.vocab_size();
   const bool greedy = opt.temperature == 0.0f;
-  const auto sampled = [&] { return barato::sample::Chain(V, barato::sample::Temperature{opt.temperature}); };
+  // run.c's sampling: temperature, then its top-p nucleus (TopP{1} keeps everything: one Chain type)
+  const float top_p = opt.top_p > 0.0f && opt.top_p < 1.0f ? opt.top_p : 1.0f;
+  const auto sampled = [&] {
+    return barato::sample::Chain(V, barato::sample::Temperature{opt.temperature}, barato::sample::TopP{top_p});
+  };
   const auto stochastic = [&] { return barato::spec::StochasticVerify(sampled()); };
   if (choice.ngram) {
     barato::spec::NgramDrafter drafter(V, {.max_n = choice.ngram_n, .min_n = 1});

@@ -8,6 +8,7 @@
 //   * `dispatch_cache`               — the KV cache policy, by name (`--kv`), one `if` per policy;
 //   * `run<Cache>`, section "Generation" — the generation loop (a drafter plugs in there).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,6 +44,7 @@ struct Args {
   std::string prompt;
   std::size_t steps = 256;
   float temperature = 0.0f;
+  float top_p = 0.9f;  // run.c's -p default
   std::uint64_t seed = 0;
   int threads = 1;
   bool no_cache = false;
@@ -60,6 +62,7 @@ void add_flags(Cli& cli, Args& a) {
       .option("--prompt", a.prompt, "TEXT", "prompt text (BOS and the dummy prefix are added as run.c does)")
       .option("--steps", a.steps, "N", "total positions including the prompt, like run.c -n (0 or > seq_len: seq_len)")
       .option("--temperature", a.temperature, "T", "sampling temperature; 0 = greedy")
+      .option("--top-p", a.top_p, "P", "nucleus (top-p) mass when sampling, as run.c's -p; 0 or 1: the whole distribution")
       .option("--seed", a.seed, "S", "sampling seed")
       .option("--threads", a.threads, "N", "threads for matrix products and attention")
       .flag("--no-cache", a.no_cache, "recompute the whole sequence at every step (no KV reuse)")
@@ -92,8 +95,8 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
   barato::Buffer<float> logits(model.vocab_size(), &cx.mem);  // [vocab]
 
   // ---- Generation -------------------------------------------------------------------------------
-  const GenerateOptions gopt{.steps = cx.steps, .temperature = cx.args.temperature, .seed = cx.args.seed,
-                             .use_cache = !cx.args.no_cache};
+  const GenerateOptions gopt{.steps = cx.steps, .temperature = cx.args.temperature, .top_p = cx.args.top_p,
+                             .seed = cx.args.seed, .use_cache = !cx.args.no_cache};
   SpecReport spec;  // --draft: speculative decoding (models/speculative.hpp), same output as plain greedy
   const auto speculative = [&] {  // a quantized drafter is made from the fp32 weights of the model file
     const DraftChoice choice = parse_draft(cx.args.draft);
@@ -153,7 +156,8 @@ int tool_main(int argc, const char* const* argv) {
   add_flags(cli, args);
   if (!cli.parse(argc, argv)) return 0;
   if (args.threads < 1) throw CliError("--threads must be >= 1, got " + std::to_string(args.threads));
-  if (!(args.temperature >= 0.0f)) throw CliError("--temperature must be >= 0");
+  if (!(args.temperature >= 0.0f) || !std::isfinite(args.temperature)) throw CliError("--temperature must be a finite number >= 0");
+  if (!(args.top_p >= 0.0f && args.top_p <= 1.0f)) throw CliError("--top-p must be in [0, 1] (0 or 1: no nucleus)");
   if (!args.draft.empty() && (args.no_cache || args.gamma < 1)) throw CliError("--draft needs the KV cache and --gamma >= 1");
 
   barato::CountingResource mem;

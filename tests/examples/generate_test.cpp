@@ -94,3 +94,74 @@ TEST_CASE("generate: greedy ties resolve to the lowest id; temperature sampling"
   const auto gb = generate(b, std::vector<Token>{1}, {.steps = 30, .temperature = 3.0f, .seed = 7}, lb);
   CHECK(ga.generated == gb.generated);
 }
+
+TEST_CASE("sample_runc: run.c's top-p draw — the nucleus, its cut, the coin scaled by the nucleus mass") {
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (logits = their logs, T = 1). top_p 0.7: the running sum
+  // passes 0.7 at id 1, so the nucleus is {0, 1} with mass 0.8 and r = coin · 0.8 picks 0 below 0.5.
+  const std::vector<float> probs = {0.15f, 0.5f, 0.05f, 0.3f};  // ids 1, 3, 0, 2 by probability
+  std::vector<float> l(probs.size());
+  for (std::size_t i = 0; i < l.size(); ++i) l[i] = std::log(probs[i]);
+  std::vector<ProbIndex> scratch(l.size());
+  std::vector<int> count(l.size(), 0);
+  XorshiftRng rng(11), coins(11);
+  const int n = 20000;
+  for (int k = 0; k < n; ++k) {
+    std::vector<float> x = l;
+    const Token t = sample_runc(x, 1.0f, 0.7f, rng, scratch);
+    const float r = coins.next_f32() * (x[1] + x[3]);  // the same coin, scaled as run.c scales it
+    CHECK(t == (r < x[1] ? 1 : 3));
+    ++count[static_cast<std::size_t>(t)];
+  }
+  CHECK(count[0] == 0);
+  CHECK(count[2] == 0);
+  const double p1 = 0.5 / 0.8;
+  CHECK(std::abs(count[1] / double(n) - p1) < 5 * std::sqrt(p1 * (1 - p1) / n));
+  // top_p <= 0 or >= 1: the whole distribution, one coin each, as sample_temperature.
+  for (const float p : {0.0f, 1.0f, 1.5f}) {
+    XorshiftRng a(5), b(5);
+    for (int k = 0; k < 200; ++k) {
+      std::vector<float> x = l, y = l;
+      CHECK(sample_runc(x, 0.8f, p, a) == sample_temperature(y, 0.8f, b));
+    }
+  }
+  // Below the cutoff (1 − p) / (n − 1) an id is never a candidate; equal probabilities keep id order.
+  {
+    const std::vector<float> flat = {0.0f, 0.0f, 0.0f, -30.0f};  // three at 1/3, one far below
+    XorshiftRng r(3);
+    std::vector<int> c(flat.size(), 0);
+    for (int k = 0; k < 3000; ++k) {
+      std::vector<float> x = flat;
+      ++c[static_cast<std::size_t>(sample_runc(x, 1.0f, 0.5f, r, scratch))];
+    }
+    // the running sum passes 0.5 at the second of the three equal ids (0 then 1, stable): {0, 1}
+    CHECK(c[2] == 0);
+    CHECK(c[3] == 0);
+    CHECK(c[0] > 1300);
+    CHECK(c[1] > 1300);
+  }
+  // A tiny top_p over a flat distribution leaves no candidate (run.c reads before its array): the argmax.
+  {
+    std::vector<float> x(8, 0.0f);
+    XorshiftRng r(1);
+    std::vector<ProbIndex> s8(8);
+    CHECK(sample_runc(x, 1.0f, 1e-6f, r, s8) == 0);
+  }
+  std::vector<float> x = l;
+  XorshiftRng r(1);
+  CHECK_THROWS_AS((void)sample_runc(x, 1.0f, 0.5f, r, std::span<ProbIndex>(scratch).first(2)), barato::shape_error);
+  CHECK_THROWS_AS((void)sample_runc(x, std::nanf(""), 0.5f, r, scratch), barato::value_error);
+}
+
+TEST_CASE("generate: top_p is run.c's -p (default 0.9); the same seed gives the same ids") {
+  FakeModel a, b, c;
+  std::vector<float> la(a.V), lb(b.V), lc(c.V);
+  const auto ga = generate(a, std::vector<Token>{1}, {.steps = 40, .temperature = 2.0f, .seed = 9}, la);
+  const auto gb = generate(b, std::vector<Token>{1}, {.steps = 40, .temperature = 2.0f, .top_p = 0.9f, .seed = 9}, lb);
+  const auto gc = generate(c, std::vector<Token>{1}, {.steps = 40, .temperature = 2.0f, .top_p = 0.3f, .seed = 9}, lc);
+  CHECK(ga.generated == gb.generated);
+  // FakeModel puts 5 on one id and 0 elsewhere: at T = 2, p = e^2.5 / (e^2.5 + 9) ≈ 0.575 > 0.3, so
+  // a nucleus of 0.3 holds that id alone and generation is the greedy path.
+  FakeModel g;
+  std::vector<float> lg(g.V);
+  CHECK(gc.generated == generate(g, std::vector<Token>{1}, {.steps = 40, .seed = 9}, lg).generated);
+}

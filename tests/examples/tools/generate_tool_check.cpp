@@ -46,6 +46,23 @@ TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags e
   CHECK(missing.status == 1);
   CHECK_MESSAGE(one_error_line(missing.err, "barato_generate", (dir / "missing.bin").string()), missing.err);
   CHECK(run_tool("--steps x").status == 2);
+  for (const char* bad : {"--top-p -0.5", "--top-p nan", "--top-p 1.5", "--temperature inf", "--temperature -1"}) {
+    INFO(bad);
+    const auto r = run_tool(std::string("--steps 4 ") + bad);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+  }
+  // run.c's -p: a nucleus of 0.3 at temperature 0.5 leaves stories260K's most likely token alone at
+  // almost every step; with --top-p 1 the whole distribution is sampled.
+  const auto nucleus = run_tool("--steps 60 --json --temperature 0.5 --top-p 0.3 --seed 5 --prompt \"Once upon a time\"");
+  const auto greedy = run_tool("--steps 60 --json --prompt \"Once upon a time\"");
+  CHECK(nucleus.status == 0);
+  const auto ids = [](const std::string& out) {
+    const auto at = out.find("\"generated_ids\":");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find(']', at) - at + 1);
+  };
+  CHECK(!ids(nucleus.out).empty());
+  CHECK(ids(nucleus.out) == ids(greedy.out));
 }
 
 TEST_CASE("barato_generate --model X.gguf with matrices in every ggml block type: the F32 file's ids") {
