@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <memory_resource>
+#include <span>
 
 #include "barato/nn/any_linear.hpp"
+#include "barato/nn/dense.hpp"
 #include "models/llama2c.hpp"
 
 namespace barato_examples {
@@ -19,5 +21,17 @@ namespace barato_examples {
 /// exact fp32 values q · scale as nn::DenseLinear. Defined in llama2c_int8.cpp.
 [[nodiscard]] barato::nn::AnyLinear llama2c_int8_linear(const Llama2cInt8Matrix& m, std::size_t rows, std::size_t cols,
                                                         std::pmr::memory_resource* mr = std::pmr::get_default_resource());
+
+/// The `make_linear` of `load_llama2c_with` that keeps a llama2.c file's own precision: fp32 values as
+/// nn::DenseLinear, a version-2 matrix's codes through `llama2c_int8_linear` (from `mr`).
+struct Llama2cFileLinear {
+  std::pmr::memory_resource* mr = std::pmr::get_default_resource();
+  barato::nn::AnyLinear operator()(std::span<const float> x, std::size_t rows, std::size_t cols) const {
+    return barato::nn::AnyLinear(barato::nn::DenseLinear(rows, cols, x, mr));
+  }
+  barato::nn::AnyLinear operator()(const Llama2cInt8Matrix& q, std::size_t rows, std::size_t cols) const {
+    return llama2c_int8_linear(q, rows, cols, mr);
+  }
+};
 
 }  // namespace barato_examples

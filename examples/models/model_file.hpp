@@ -155,16 +155,7 @@ inline constexpr const char* kModelWeightsHelp =
 [[nodiscard]] inline LlamaWeights<barato::nn::AnyLinear> llama2c_int8_weights(const ModelFile& m, std::pmr::memory_resource* mr) {
   barato::require<barato::value_error>(!m.is_gguf() && m.llama2c_version() == 2, "llama2c_int8_weights: ", m.path().string(),
                                        " is not a llama2.c version-2 (int8) checkpoint");
-  struct Make {
-    std::pmr::memory_resource* mr;
-    barato::nn::AnyLinear operator()(std::span<const float> x, std::size_t rows, std::size_t cols) const {
-      return barato::nn::AnyLinear(barato::nn::DenseLinear(rows, cols, x, mr));
-    }
-    barato::nn::AnyLinear operator()(const Llama2cInt8Matrix& q, std::size_t rows, std::size_t cols) const {
-      return llama2c_int8_linear(q, rows, cols, mr);
-    }
-  };
-  auto w = load_llama2c_with(m.path(), Make{mr}, mr);
+  auto w = load_llama2c_with(m.path(), Llama2cFileLinear{mr}, mr);
   w.config.seq_len = m.config().seq_len;
   return w;
 }

@@ -63,8 +63,9 @@ namespace barato_examples {
     bytes = static_cast<double>(gguf_llama_loaded_bytes(f, gguf_llama_config(f)));
   } else {
     const Llama2cLayout L = read_llama2c_layout(model);
-    bytes = 4.0 * (shape.parameters + (L.shared_classifier ? double(L.vocab * L.dim) : 0.0));
-    if (L.version == 2) {  // the matrices as llama2c_int8_weights keeps them; the embedding and gains fp32
+    if (L.version != 2) {
+      bytes = 4.0 * (shape.parameters + (L.shared_classifier ? double(L.vocab * L.dim) : 0.0));
+    } else {  // the matrices as llama2c_int8_weights keeps them; the embedding and gains fp32
       const std::size_t g = L.group_size, d = L.dim, h = L.hidden_dim, q = L.n_heads * L.head_size;
       const std::size_t per_layer = llama2c_int8_loaded_bytes(q, d, g) + 2 * llama2c_int8_loaded_bytes(L.kv_dim, d, g) +
                                     llama2c_int8_loaded_bytes(d, q, g) + 2 * llama2c_int8_loaded_bytes(h, d, g) +

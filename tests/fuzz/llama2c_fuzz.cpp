@@ -45,15 +45,7 @@ void run_model(const barato_examples::LlamaWeights<Linear>& w, std::size_t size)
 
 /// The file's weights as `--weights file` keeps a version-2 file (`llama2c_int8_linear`).
 barato_examples::LlamaWeights<barato::nn::AnyLinear> load_int8() {
-  struct Make {
-    barato::nn::AnyLinear operator()(std::span<const float> x, std::size_t rows, std::size_t cols) const {
-      return barato::nn::AnyLinear(barato::nn::DenseLinear(rows, cols, x));
-    }
-    barato::nn::AnyLinear operator()(const barato_examples::Llama2cInt8Matrix& q, std::size_t rows, std::size_t cols) const {
-      return barato_examples::llama2c_int8_linear(q, rows, cols);
-    }
-  };
-  return barato_examples::load_llama2c_with(temp_file(), Make{});
+  return barato_examples::load_llama2c_with(temp_file(), barato_examples::Llama2cFileLinear{});
 }
 
 }  // namespace
