@@ -188,14 +188,15 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
 
 TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_1) give gemv_batch's bits", F,
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<128>, Int4PerRow<>, Int4Group<128>, AbsMax<4, PerGroup<256>, float>,
-                   Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
-  // n = 1 against the batched kernels; every n of the sweep runs at 272 × 300 above (10 of these 11 formats)
+                   Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32, Int8Group<16>, Int8Group<16, float>,
+                   Int8Group<32>, AbsMax<8, PerGroup<32>, float>, Int8Group<64>) {
+  // n = 1 against the batched kernels; every n of the sweep runs at 272 × 300 above (15 of these 17 formats)
   check_batch_invariance<simd::DefaultArch, F>(50, 64, 30, false, Sweep::sampled);   // all columns fp32 tail: three 16-row sets and 2 rows
   check_batch_invariance<simd::DefaultArch, F>(64, 172, 31, false, Sweep::sampled);  // stories260K's w2: one block + a 44-column tail
 }
 
 TEST_CASE_TEMPLATE("narrow rows of zero codes under negative scales: gemv and gemv_batch agree to the sign of zero", F,
-                   Int8PerRow<>, Int8PerTensor<>, Int4PerRow<>) {
+                   Int8PerRow<>, Int8PerTensor<>, Int4PerRow<>, Int8Group<32>, AbsMax<8, PerGroup<32>, float>) {
   // Codes and scales as a loader passes them (no quantizer: a scale may be negative). All codes 0 and
   // every scale −0.5: with 64 columns (no full block) each row's part over the full blocks is 0 · s = −0,
   // and 16-row gemv (dot_rows_1) must give the bits the batched path gives, −0 included.

@@ -386,17 +386,18 @@ struct RowKernel<Arch, F> {
     _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_mul_pd(_mm256_cvtepi64_pd(qx), step), s)));
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit (every format
-  /// but int8 in groups of 16 / 32 / 64). When the rows have fp32 tail columns (cols not a multiple of
-  /// 128), 16 rows at a time take their tails together: int8 codes through `avx512::tail8_rows16` (each
-  /// x chunk loaded once) and their scales by one fused multiply-add, 4-bit codes each into its lane
-  /// accumulator (`tail4_lanes`) — then one transposing reduction (`reduce16_rows`) instead of a
-  /// horizontal one and scalar scaling per row: with 64 columns, all tail, those per-row costs were most
-  /// of the product (stories260K's 64 × 64 and 512 × 64 ran at 3–5 × fp32's time).
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit. When the
+  /// rows have fp32 tail columns (cols not a multiple of 128), 16 rows at a time take their tails
+  /// together: int8 codes through `avx512::tail8_rows16` (each x chunk loaded once) and their scales by
+  /// one fused multiply-add (int8 in groups of 16 / 32 / 64: one `tail8_rows16` and one fused
+  /// multiply-add per group, as `dot_n_small_groups` adds them group by group), 4-bit codes each into
+  /// its lane accumulator (`tail4_lanes`) — then one transposing reduction (`reduce16_rows`) instead of
+  /// a horizontal one and scalar scaling per row: with 64 columns, all tail, those per-row costs were
+  /// most of the product (stories260K's 64 × 64 and 512 × 64 ran at 3–5 × fp32's time; llama2.c's
+  /// stories260K_q80.bin, int8 in groups of 32, decoded at 1.7–1.9 × its dequantized fp32 time until
+  /// its groups took this path too, 2026-12-07).
   static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
-                         float* y) noexcept
-    requires(!kSmallGroups)
-  {
+                         float* y) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
     const std::size_t c0 = a.blocks * B;
     std::size_t r = r0;
@@ -407,6 +408,8 @@ struct RowKernel<Arch, F> {
           if (a.blocks == 0) {  // none (cols < 128, all tail): what the calls below give then, without them
             if constexpr (kRowStep) head[i] = 0.0f * to_float(v.row_scales(r + i)[0]);  // 0 · step 0 · s: s's sign
             else head[i] = 0.0f;
+          } else if constexpr (kSmallGroups) {
+            dot_n_small_groups<1, false>(v, r + i, &a, head + i);
           } else if constexpr (kRowStep) {
             dot_rows<1, 1, false>(v, r + i, &a, head + i);
           } else if constexpr (kAmxBlocks) {
@@ -416,7 +419,16 @@ struct RowKernel<Arch, F> {
           }
         }
         __m512 out;
-        if constexpr (F::kCodeBits == 8) {
+        if constexpr (kSmallGroups) {
+          out = _mm512_load_ps(head);
+          const auto* row = reinterpret_cast<const std::int8_t*>(v.row(r));
+          for (std::size_t c = c0; c < v.cols; c += kGroup) {  // add_tail's fma per group, 16 rows at once
+            const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
+            alignas(64) float scale[16];
+            for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c);
+            out = _mm512_fmadd_ps(_mm512_load_ps(scale), avx512::tail8_rows16(row, v.row_bytes, c, e, a.x), out);
+          }
+        } else if constexpr (F::kCodeBits == 8) {
           alignas(64) float scale[16];
           for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c0);
           const __m512 tails =
@@ -727,8 +739,9 @@ struct RowKernel<Arch, F> {
   }
 
   /// `dot_n` for int8 codes in groups of 16, 32 or 64 columns: per half block, the exact int32 lane sums
-  /// scaled by the lanes' group scales times the block's step into fp32 accumulators.
-  template <std::size_t N>
+  /// scaled by the lanes' group scales times the block's step into fp32 accumulators; then the fp32
+  /// tail columns group by group (left out with kTail = false: `dot_rows_1` adds them 16 rows at once).
+  template <std::size_t N, bool kTail = true>
     requires(kSmallGroups)
   [[gnu::always_inline]] static void dot_n_small_groups(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                         float* out) noexcept {
@@ -800,9 +813,11 @@ struct RowKernel<Arch, F> {
     const std::size_t tail = blocks * B;  // the rest of the row, group by group
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(acc0[j], acc1[j]));
-      for (std::size_t c = tail; c < v.cols; c += kGroup) {
-        const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
-        total = add_tail(total, v, r, row, c, e, a[j].x);
+      if constexpr (kTail) {
+        for (std::size_t c = tail; c < v.cols; c += kGroup) {
+          const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
+          total = add_tail(total, v, r, row, c, e, a[j].x);
+        }
       }
       out[j] = total;
     }
