@@ -108,7 +108,10 @@ int run(const Context& cx, const LlamaWeights<Linear>& weights, std::vector<Cach
   if (!cx.args.draft.empty()) print_spec_report(stderr, cx.args.draft, cx.args.gamma, spec);
 
   // ---- Output -----------------------------------------------------------------------------------
-  std::vector<Token> all(cx.prompt_ids);
+  // run.c prints the token after each forwarded position: with --steps below the prompt's length only
+  // the prompt's first steps + 1 tokens (BOS and steps pieces) are shown
+  const std::size_t shown = std::min(cx.prompt_ids.size(), cx.steps + 1);
+  std::vector<Token> all(cx.prompt_ids.begin(), cx.prompt_ids.begin() + static_cast<std::ptrdiff_t>(shown));
   all.insert(all.end(), g.generated.begin(), g.generated.end() - (g.stopped_on_bos ? 1 : 0));
   const std::string text = cx.tok.decode_text(all);
   if (cx.args.json) {

@@ -65,6 +65,21 @@ TEST_CASE("barato_generate: broken files exit 1 with one error line, bad flags e
   CHECK(ids(nucleus.out) == ids(greedy.out));
 }
 
+TEST_CASE("barato_generate --steps below the prompt's length prints the prompt as far as run.c does") {
+  const fs::path data = barato::test::data_dir_or_skip("stories260K/stories260K.bin");
+  if (data.empty()) return;
+  // run.c prints the token after each of the --steps positions it forwards: "Once upon a time there
+  // was" is BOS + 6 tokens on stories260K, so 3 steps show 3 of them, 6 all, 7 one generated token more
+  const std::string prompt = " --prompt \"Once upon a time there was\"";
+  const auto three = run_tool("--steps 3" + prompt), six = run_tool("--steps 6" + prompt);
+  const auto seven = run_tool("--steps 7 --json" + prompt);
+  CHECK(three.status == 0);
+  CHECK(three.out == "Once upon a\n");
+  CHECK(six.out == "Once upon a time there was\n");
+  CHECK(seven.out.find("\"text\": \"Once upon a time there was a\"") != std::string::npos);
+  CHECK(seven.out.find("\"prompt_ids\": [1, 403, 407, 261, 378, 383, 286]") != std::string::npos);
+}
+
 TEST_CASE("barato_generate --model X.gguf with matrices in every ggml block type: the F32 file's ids") {
   const fs::path data = barato::test::data_dir_or_skip("stories260K/tok512.bin");
   if (data.empty()) return;
