@@ -171,7 +171,9 @@ concept PairedRowKernel = requires(const QuantizedView<F>& w, const typename K::
 /// kernel can (`PairedRowKernel`); a single vector takes `dot_n<1>` row after row in one loop (the
 /// VNNI kernels' `dot_n` is always inlined, so the loop holds the kernel's set-up — scale-spreading
 /// constants, lane masks — once instead of paying a call and its set-up per row: 896-column rows from
-/// cache ran 1.3–1.7× faster for every VNNI format, 2026-12-02).
+/// cache ran 1.3–1.7× faster for every VNNI format, 2026-12-02). Rows with fp32 tail columns take
+/// the kernel's `dot_rows_1` / `dot_rows_tails<m>` where it has them (16 rows' tails at once, the
+/// same bits).
 template <class K, Format F>
 inline void dot_rows(const QuantizedView<F>& w, std::size_t r0, std::size_t r1, const typename K::Activation* a,
                      std::size_t m, float* y, std::size_t j0) noexcept {
@@ -183,6 +185,17 @@ inline void dot_rows(const QuantizedView<F>& w, std::size_t r0, std::size_t r1, 
       for (; r < r1; ++r) K::template dot_n<1>(w, r, a, y + j0 * w.rows + r);
     }
     return;
+  }
+  if constexpr (requires { K::template dot_rows_tails<2>(w, r0, r1, a, y, w.rows); }) {
+    if (K::has_tail(w) && r1 - r0 >= 16) {  // the same bits, tails 16 rows at a time (quant/vnni.hpp)
+      float* out = y + j0 * w.rows;
+      switch (m) {
+        case 4: K::template dot_rows_tails<4>(w, r0, r1, a, out, w.rows); break;
+        case 3: K::template dot_rows_tails<3>(w, r0, r1, a, out, w.rows); break;
+        default: K::template dot_rows_tails<2>(w, r0, r1, a, out, w.rows); break;
+      }
+      return;
+    }
   }
   if constexpr (PairedRowKernel<K, F>) {
     if (m == kVecTile) {

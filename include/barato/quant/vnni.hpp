@@ -386,67 +386,103 @@ struct RowKernel<Arch, F> {
     _mm_storeu_ps(out, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_mul_pd(_mm256_cvtepi64_pd(qx), step), s)));
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit. When the
-  /// rows have fp32 tail columns (cols not a multiple of 128), 16 rows at a time take their tails
-  /// together: int8 codes through `avx512::tail8_rows16` (each x chunk loaded once) and their scales by
-  /// one fused multiply-add (int8 in groups of 16 / 32 / 64: one `tail8_rows16` and one fused
-  /// multiply-add per group, as `dot_n_small_groups` adds them group by group), 4-bit codes each into
-  /// its lane accumulator (`tail4_lanes`) — then one transposing reduction (`reduce16_rows`) instead of
-  /// a horizontal one and scalar scaling per row: with 64 columns, all tail, those per-row costs were
-  /// most of the product (stories260K's 64 × 64 and 512 × 64 ran at 3–5 × fp32's time; llama2.c's
-  /// stories260K_q80.bin, int8 in groups of 32, decoded at 1.7–1.9 × its dequantized fp32 time until
-  /// its groups took this path too, 2026-12-07).
+  /// True when v's rows have fp32 tail columns (cols not a multiple of 128): `dot_rows_tails` then
+  /// takes them 16 rows at a time.
+  [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept { return v.cols % VnniActivation::kBlock != 0; }
+
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
+  /// (`dot_rows_tails<1>`).
   static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
                          float* y) noexcept {
+    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
+  }
+
+  /// Rows [r0, r1) × N vectors a[0 … N) into y (row r of vector j at y[j · stride + r]): `dot_n<N>`
+  /// row after row, bit for bit. When the rows have fp32 tail columns (cols not a multiple of 128),
+  /// 16 rows at a time take their tails together, vector by vector: the full blocks' part of each
+  /// (row, vector) first (the kernels with kTail = false, rows in pairs where the format has
+  /// `dot2_n`, each weight loaded once for all N), then each vector's tails of the 16 rows by
+  /// `tails16`. Why: a horizontal reduction and scalar scaling per (row, vector) made rows of 64
+  /// columns, all tail, 3–5 × fp32's time (stories260K's 64 × 64 and 512 × 64, one vector;
+  /// llama2.c's stories260K_q80.bin, int8 in groups of 32, decoded at 1.7–1.9 × its dequantized fp32
+  /// time until its groups took this path too, 2026-12-07).
+  template <std::size_t N>
+  static void dot_rows_tails(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation* a, float* y,
+                             std::size_t stride) noexcept {
     constexpr std::size_t B = VnniActivation::kBlock;
-    const std::size_t c0 = a.blocks * B;
     std::size_t r = r0;
-    if (c0 < v.cols) {
+    if (a[0].blocks * B < v.cols) {
       for (; r + 16 <= r1; r += 16) {
-        alignas(64) float head[16];  // the full blocks' part of each row
-        for (std::size_t i = 0; i < 16; ++i) {
-          if (a.blocks == 0) {  // none (cols < 128, all tail): what the calls below give then, without them
-            if constexpr (kRowStep) head[i] = 0.0f * to_float(v.row_scales(r + i)[0]);  // 0 · step 0 · s: s's sign
-            else head[i] = 0.0f;
-          } else if constexpr (kSmallGroups) {
-            dot_n_small_groups<1, false>(v, r + i, &a, head + i);
-          } else if constexpr (kRowStep) {
-            dot_rows<1, 1, false>(v, r + i, &a, head + i);
-          } else if constexpr (kAmxBlocks) {
-            dot_rows_blocks<1, 1, false>(v, r + i, &a, head + i);
-          } else {
-            dot_rows_lanes<1, 1, false>(v, r + i, &a, head + i);
-          }
-        }
-        __m512 out;
-        if constexpr (kSmallGroups) {
-          out = _mm512_load_ps(head);
-          const auto* row = reinterpret_cast<const std::int8_t*>(v.row(r));
-          for (std::size_t c = c0; c < v.cols; c += kGroup) {  // add_tail's fma per group, 16 rows at once
-            const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
-            alignas(64) float scale[16];
-            for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c);
-            out = _mm512_fmadd_ps(_mm512_load_ps(scale), avx512::tail8_rows16(row, v.row_bytes, c, e, a.x), out);
-          }
-        } else if constexpr (F::kCodeBits == 8) {
-          alignas(64) float scale[16];
-          for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c0);
-          const __m512 tails =
-              avx512::tail8_rows16(reinterpret_cast<const std::int8_t*>(v.row(r)), v.row_bytes, c0, v.cols, a.x);
-          out = _mm512_fmadd_ps(_mm512_load_ps(scale), tails, _mm512_load_ps(head));  // add_tail's fma, 16 at once
-        } else {
-          const __m512 base = avx512::levels<F>();
-          __m512 lanes[16];
+        alignas(64) float head[N][16];  // the full blocks' part of each (row, vector)
+        if (a[0].blocks == 0) {  // none (cols < 128, all tail): what the calls below give then, without them
           for (std::size_t i = 0; i < 16; ++i) {
-            const float s = v.scale(r + i, c0);
-            lanes[i] = avx512::tail4_lanes(v.row(r + i), c0, v.cols, a.x, base, [&](std::size_t) { return s; });
+            float h = 0.0f;
+            if constexpr (kRowStep) h = 0.0f * to_float(v.row_scales(r + i)[0]);  // 0 · step 0 · s: s's sign
+            for (std::size_t j = 0; j < N; ++j) head[j][i] = h;
           }
-          out = _mm512_add_ps(_mm512_load_ps(head), avx512::reduce16_rows(lanes));  // add_tail's total + tail
+        } else if constexpr (kSmallGroups) {
+          for (std::size_t i = 0; i < 16; ++i) {
+            float out[N];
+            dot_n_small_groups<N, false>(v, r + i, a, out);
+            for (std::size_t j = 0; j < N; ++j) head[j][i] = out[j];
+          }
+        } else {
+          // rows in pairs for four vectors (as `dot2_n` for gemv_batch's full groups), else one by one
+          // (one row keeps two accumulators per plane: int8-row at 288 columns ran 1.15 × slower in pairs)
+          constexpr std::size_t R = N == 4 ? 2 : 1;
+          for (std::size_t i = 0; i < 16; i += R) {
+            float out[R * N];
+            if constexpr (kRowStep) dot_rows<R, N, false>(v, r + i, a, out);
+            else if constexpr (kAmxBlocks) dot_rows_blocks<R, N, false>(v, r + i, a, out);
+            else dot_rows_lanes<R, N, false>(v, r + i, a, out);
+            for (std::size_t k = 0; k < R; ++k)
+              for (std::size_t j = 0; j < N; ++j) head[j][i + k] = out[k * N + j];
+          }
         }
-        _mm512_storeu_ps(y + r, out);
+        for (std::size_t j = 0; j < N; ++j) _mm512_storeu_ps(y + j * stride + r, tails16(v, r, a[j], head[j]));
       }
     }
-    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
+    for (; r < r1; ++r) {
+      float out[N];
+      dot_n<N>(v, r, a, out);
+      for (std::size_t j = 0; j < N; ++j) y[j * stride + r] = out[j];
+    }
+  }
+
+  /// Rows r … r + 15 · a: head[i] (their full blocks' part) plus their fp32 tail columns, as
+  /// `add_tail` adds them row by row, 16 rows at once: int8 codes through `avx512::tail8_rows16` (each
+  /// x chunk loaded once) and their scales by one fused multiply-add (int8 in groups of 16 / 32 / 64:
+  /// one of each per group, as `dot_n_small_groups` adds them group by group), 4-bit codes each into
+  /// its lane accumulator (`tail4_lanes`) — then one transposing reduction (`reduce16_rows`, the lane
+  /// pairs of `reduce16`) instead of a horizontal one per row.
+  [[gnu::always_inline]] static __m512 tails16(const QuantizedView<F>& v, std::size_t r, const Activation& a,
+                                               const float* head) noexcept {
+    const std::size_t c0 = a.blocks * VnniActivation::kBlock;
+    if constexpr (kSmallGroups) {
+      __m512 out = _mm512_load_ps(head);
+      const auto* row = reinterpret_cast<const std::int8_t*>(v.row(r));
+      for (std::size_t c = c0; c < v.cols; c += kGroup) {
+        const std::size_t e = c + kGroup < v.cols ? c + kGroup : v.cols;
+        alignas(64) float scale[16];
+        for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c);
+        out = _mm512_fmadd_ps(_mm512_load_ps(scale), avx512::tail8_rows16(row, v.row_bytes, c, e, a.x), out);
+      }
+      return out;
+    } else if constexpr (F::kCodeBits == 8) {
+      alignas(64) float scale[16];
+      for (std::size_t i = 0; i < 16; ++i) scale[i] = v.scale(r + i, c0);
+      const __m512 tails =
+          avx512::tail8_rows16(reinterpret_cast<const std::int8_t*>(v.row(r)), v.row_bytes, c0, v.cols, a.x);
+      return _mm512_fmadd_ps(_mm512_load_ps(scale), tails, _mm512_load_ps(head));  // add_tail's fma, 16 at once
+    } else {
+      const __m512 base = avx512::levels<F>();
+      __m512 lanes[16];
+      for (std::size_t i = 0; i < 16; ++i) {
+        const float s = v.scale(r + i, c0);
+        lanes[i] = avx512::tail4_lanes(v.row(r + i), c0, v.cols, a.x, base, [&](std::size_t) { return s; });
+      }
+      return _mm512_add_ps(_mm512_load_ps(head), avx512::reduce16_rows(lanes));  // add_tail's total + tail
+    }
   }
 
   /// Rows r and r + 1 against a[j] for j < N: out[j] and out[N + j] (every format but int8 in groups
