@@ -7,10 +7,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -130,6 +133,49 @@ inline std::vector<float> fixed_point_grid_vector(std::size_t cols, unsigned see
     x[b + 1] = -float(quant::kFixedPointMax) / 1024.0f;
   }
   return x;
+}
+
+/// The row kernel's `dot_rows_tails<N>` (16 rows at a time, their lane sums and fp32 tail columns
+/// reduced together) against `dot_n<1>` row by row (one horizontal reduction per row), bit for bit,
+/// for N = 1 … 4 vectors, rows from r0 = 3 (2 rows past the last 16 go to dot_n<N>), at widths of all
+/// tail (64), 1, 2 and 8 full 128-column blocks plus a tail (172, 300, 1100) and none (384).
+template <class K, class F>
+void check_dot_rows_tails(unsigned seed) {
+  for (const std::size_t cols : {64u, 172u, 300u, 1100u, 384u}) {
+    CAPTURE(cols);
+    const std::size_t rows = 37;
+    const auto m = test_matrix<F>(rows, cols, seed + unsigned(cols));
+    CHECK(K::has_tail(m.view()) == (cols % 128 != 0));
+    std::vector<std::vector<float>> xs;  // alive while the activations point at them (their tails)
+    std::vector<std::vector<std::byte>> scratch;
+    typename K::Activation acts[4];
+    for (unsigned j = 0; j < 4; ++j) {
+      xs.push_back(barato::test::random_vector(cols, seed + 1 + j, -2.f, 2.f));
+      scratch.emplace_back(K::activation_bytes(cols) + 64);
+      void* p = scratch.back().data();
+      std::size_t space = scratch.back().size();
+      K::prepare(xs[j].data(), cols, acts[j], static_cast<std::byte*>(std::align(64, K::activation_bytes(cols), p, space)));
+    }
+    const auto check = [&]<std::size_t N>(std::integral_constant<std::size_t, N>) {
+      CAPTURE(N);
+      std::vector<float> y(N * rows, -1.0f);
+      K::template dot_rows_tails<N>(m.view(), 3, rows, acts, y.data(), rows);
+      for (std::size_t j = 0; j < N; ++j)
+        for (std::size_t r = 3; r < rows; ++r) {
+          float one;
+          K::template dot_n<1>(m.view(), r, &acts[j], &one);
+          if (std::bit_cast<std::uint32_t>(one) != std::bit_cast<std::uint32_t>(y[j * rows + r])) {
+            CAPTURE(j);
+            CAPTURE(r);
+            REQUIRE(std::bit_cast<std::uint32_t>(one) == std::bit_cast<std::uint32_t>(y[j * rows + r]));
+          }
+        }
+    };
+    check(std::integral_constant<std::size_t, 1>{});
+    check(std::integral_constant<std::size_t, 2>{});
+    check(std::integral_constant<std::size_t, 3>{});
+    check(std::integral_constant<std::size_t, 4>{});
+  }
 }
 
 }  // namespace barato::test::quant_ref

@@ -26,6 +26,11 @@ TEST_CASE_TEMPLATE("avx512-vnni-lut16 kernel equals the double reference within 
   ref::check_row_kernel_shapes<K, F>(101);
 }
 
+TEST_CASE_TEMPLATE("avx512-vnni-lut16 dot_rows_tails<N>: 16 rows' lane sums at once give each vector its dot_n<1> bits", F,
+                   Nf4<64>, Nf4<64, float>, Nf4<128>, Int4Group<64>, AbsMax<4, PerGroup<192>>) {
+  ref::check_dot_rows_tails<RowKernel<xsimd::avx512bw, F>, F>(102);
+}
+
 TEST_CASE("avx512-vnni-lut16 level scale: 8192 / max |level| (NF4: 8192, AbsMax int4: 1024, exact)") {
   CHECK(RowKernel<xsimd::avx512bw, Nf4<64>>::kLevelScale == 8192.0f);
   CHECK(RowKernel<xsimd::avx512bw, Int4Group<64>>::kLevelScale == 1024.0f);

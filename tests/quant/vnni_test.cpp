@@ -6,12 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
 #include "barato/quant/absmax.hpp"
@@ -145,40 +143,7 @@ float row_step_reference(const QuantizedView<F>& v, std::size_t r, const std::ve
 
 TEST_CASE_TEMPLATE("avx512-vnni dot_rows_tails<N>: 16 rows' tail columns at once give each vector its dot_n<1> bits", F,
                    BARATO_VNNI_FORMATS) {
-  // dot_n<1> adds a row's tail by a horizontal reduction and a scalar fused multiply-add (add_tail);
-  // dot_rows_tails takes 16 rows' tails per vector through one transposing reduction (tails16). The
-  // rows from r0 = 3 leave 2 rows past the last 16 to dot_n<N>.
-  using K = RowKernel<xsimd::avx512bw, F>;
-  for (const std::size_t cols : {64u, 172u, 300u, 1100u}) {  // all tail; 1, 2 and 8 blocks + a tail
-    CAPTURE(cols);
-    const std::size_t rows = 37;
-    const auto m = ref::test_matrix<F>(rows, cols, 95 + unsigned(cols));
-    std::vector<std::vector<float>> xs;  // alive while the activations point at them (their tails)
-    std::vector<Prepared<K>> p;
-    for (unsigned j = 0; j < 4; ++j) xs.push_back(barato::test::random_vector(cols, 96 + j, -2.f, 2.f));
-    for (unsigned j = 0; j < 4; ++j) p.emplace_back(xs[j]);
-    const typename K::Activation acts[4] = {p[0].act, p[1].act, p[2].act, p[3].act};
-    const auto check = [&]<std::size_t N>(std::integral_constant<std::size_t, N>) {
-      CAPTURE(N);
-      std::vector<float> y(N * rows, -1.0f);
-      K::template dot_rows_tails<N>(m.view(), 3, rows, acts, y.data(), rows);
-      for (std::size_t j = 0; j < N; ++j)
-        for (std::size_t r = 3; r < rows; ++r) {
-          float one;
-          K::template dot_n<1>(m.view(), r, &acts[j], &one);
-          if (std::bit_cast<std::uint32_t>(one) != std::bit_cast<std::uint32_t>(y[j * rows + r])) {
-            CAPTURE(j);
-            CAPTURE(r);
-            REQUIRE(std::bit_cast<std::uint32_t>(one) == std::bit_cast<std::uint32_t>(y[j * rows + r]));
-          }
-        }
-    };
-    check(std::integral_constant<std::size_t, 1>{});
-    check(std::integral_constant<std::size_t, 2>{});
-    check(std::integral_constant<std::size_t, 3>{});
-    check(std::integral_constant<std::size_t, 4>{});
-    CHECK(K::has_tail(m.view()));
-  }
+  ref::check_dot_rows_tails<RowKernel<xsimd::avx512bw, F>, F>(95);
 }
 
 TEST_CASE_TEMPLATE("avx512-vnni, one scale per row (kRowStep): one step for the whole vector and the exact integer sum, bit for bit, one or two rows per call", F,

@@ -135,25 +135,50 @@ struct RowKernel<Arch, F> {
     }
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit, with the lane
-  /// sums of 16 rows taken together (`avx512::reduce16_rows`, the pairs of `reduce16`) instead of one
-  /// horizontal reduction (two with tail columns) per row.
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
+  /// (`dot_rows_tails<1>`).
   static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
                          float* y) noexcept {
-    const bool tail = a.blocks * VnniLut16Activation::kBlock < v.cols;
+    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
+  }
+
+  /// True when v's rows have fp32 tail columns (cols not a multiple of 128): gemv_batch then takes
+  /// groups of vectors through `dot_rows_tails`.
+  [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept {
+    return v.cols % VnniLut16Activation::kBlock != 0;
+  }
+
+  /// Rows [r0, r1) × N vectors a[0 … N) into y (row r of vector j at y[j · stride + r]): `dot_n<N>`
+  /// row after row, bit for bit, with the lane sums of 16 rows taken together per vector
+  /// (`avx512::reduce16_rows`, the pairs of `reduce16`) instead of one horizontal reduction (two with
+  /// tail columns) per (row, vector); each row's blocks are decoded once for the N vectors.
+  template <std::size_t N>
+  static void dot_rows_tails(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation* a, float* y,
+                             std::size_t stride) noexcept {
+    const bool tail = a[0].blocks * VnniLut16Activation::kBlock < v.cols;
     std::size_t r = r0;
     for (; r + 16 <= r1; r += 16) {
-      __m512 lanes[16];
-      for (std::size_t i = 0; i < 16; ++i) block_lanes<1>(v, r + i, &a, lanes + i);
-      __m512 total = avx512::reduce16_rows(lanes);
-      if (tail) {
-        const __m512 base = avx512::levels<F>();
-        for (std::size_t i = 0; i < 16; ++i) lanes[i] = tail_lanes(v, r + i, a, base);
-        total = _mm512_add_ps(total, avx512::reduce16_rows(lanes));
+      __m512 lanes[N][16];
+      for (std::size_t i = 0; i < 16; ++i) {
+        __m512 acc[N];
+        block_lanes<N>(v, r + i, a, acc);
+        for (std::size_t j = 0; j < N; ++j) lanes[j][i] = acc[j];
       }
-      _mm512_storeu_ps(y + r, total);
+      for (std::size_t j = 0; j < N; ++j) {
+        __m512 total = avx512::reduce16_rows(lanes[j]);
+        if (tail) {
+          const __m512 base = avx512::levels<F>();
+          for (std::size_t i = 0; i < 16; ++i) lanes[j][i] = tail_lanes(v, r + i, a[j], base);
+          total = _mm512_add_ps(total, avx512::reduce16_rows(lanes[j]));
+        }
+        _mm512_storeu_ps(y + j * stride + r, total);
+      }
     }
-    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
+    for (; r < r1; ++r) {
+      float out[N];
+      dot_n<N>(v, r, a, out);
+      for (std::size_t j = 0; j < N; ++j) y[j * stride + r] = out[j];
+    }
   }
 
   /// acc[j] = the fp32 lane sums of row r's full 128-column blocks against a[j].
