@@ -280,7 +280,7 @@ struct RowKernel<Arch, F> {
   /// by the vector's step and the row's scale (`finish_rows4`); the tail columns are fp32.
   /// out[i·N + j] = row r + i · a[j]. The integer sums are exact, so a (row, vector) result is the
   /// same for every R and N.
-  /// With kTail = false the fp32 tail columns are left out (`dot_rows_1` adds them 16 rows at a time).
+  /// With kTail = false the fp32 tail columns are left out (`dot_rows_tails` adds them 16 rows at a time).
   template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                               float* out) noexcept {
@@ -543,7 +543,7 @@ struct RowKernel<Arch, F> {
   /// O(R · N · cols).
   /// (Four accumulators, not one chain or 16: one chain costs a scalar multiply-add per block here,
   /// 16 cost the tiles a 16 KB state per vector group; 4 are cheap on both sides.)
-  /// With kTail = false the fp32 tail columns are left out (`dot_rows_1`).
+  /// With kTail = false the fp32 tail columns are left out (`dot_rows_tails`).
   template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows_blocks(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                      float* out) noexcept {
@@ -707,7 +707,7 @@ struct RowKernel<Arch, F> {
   /// into fp32 accumulators, even blocks into acc0 and odd ones into acc1. Each block's weights are loaded once for the N vectors, each vector's activation
   /// planes once for the R rows; every (row, vector) gets the same operations in the same order for
   /// every R and N (batch invariance). out[i·N + j] = row r + i · a[j]; with kTail = false without the
-  /// fp32 tail columns (`dot_rows_1`).
+  /// fp32 tail columns (`dot_rows_tails`).
   template <std::size_t R, std::size_t N, bool kTail = true>
   [[gnu::always_inline]] static void dot_rows_lanes(const QuantizedView<F>& v, std::size_t r, const Activation* a,
                                                     float* out) noexcept {
@@ -776,7 +776,7 @@ struct RowKernel<Arch, F> {
 
   /// `dot_n` for int8 codes in groups of 16, 32 or 64 columns: per half block, the exact int32 lane sums
   /// scaled by the lanes' group scales times the block's step into fp32 accumulators; then the fp32
-  /// tail columns group by group (left out with kTail = false: `dot_rows_1` adds them 16 rows at once).
+  /// tail columns group by group (left out with kTail = false: `dot_rows_tails` adds them 16 rows at once).
   template <std::size_t N, bool kTail = true>
     requires(kSmallGroups)
   [[gnu::always_inline]] static void dot_n_small_groups(const QuantizedView<F>& v, std::size_t r, const Activation* a,

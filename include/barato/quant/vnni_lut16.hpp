@@ -156,6 +156,7 @@ struct RowKernel<Arch, F> {
   static void dot_rows_tails(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation* a, float* y,
                              std::size_t stride) noexcept {
     const bool tail = a[0].blocks * VnniLut16Activation::kBlock < v.cols;
+    const __m512 base = tail ? avx512::levels<F>() : _mm512_setzero_ps();  // built once for all rows and vectors
     std::size_t r = r0;
     for (; r + 16 <= r1; r += 16) {
       __m512 lanes[N][16];
@@ -167,7 +168,6 @@ struct RowKernel<Arch, F> {
       for (std::size_t j = 0; j < N; ++j) {
         __m512 total = avx512::reduce16_rows(lanes[j]);
         if (tail) {
-          const __m512 base = avx512::levels<F>();
           for (std::size_t i = 0; i < 16; ++i) lanes[j][i] = tail_lanes(v, r + i, a[j], base);
           total = _mm512_add_ps(total, avx512::reduce16_rows(lanes[j]));
         }
