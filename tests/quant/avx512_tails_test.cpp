@@ -69,6 +69,27 @@ TEST_CASE("reduce16 sums lanes 8, 4, 2, 1 apart; reduce16_rows gives each of 16 
   }
 }
 
+TEST_CASE("reduce16_rows_epi32: lane i is the int32 sum of vector i's 16 lanes") {
+  std::vector<std::int32_t> data(16 * 16 * 20);
+  std::uint32_t state = 12345;
+  for (auto& d : data) {  // wide values: sums reach past 2^27
+    state = state * 1664525u + 1013904223u;
+    d = static_cast<std::int32_t>(state >> 5) - (1 << 26);  // |sum| < 2^30: no wrap-around
+  }
+  for (std::size_t t = 0; t < 20; ++t) {
+    __m512i rows[16];
+    for (std::size_t i = 0; i < 16; ++i) rows[i] = _mm512_loadu_si512(data.data() + (t * 16 + i) * 16);
+    alignas(64) std::int32_t out[16];
+    _mm512_store_si512(out, quant::avx512::reduce16_rows_epi32(rows));
+    for (std::size_t i = 0; i < 16; ++i) {
+      CAPTURE(i);
+      std::int64_t want = 0;
+      for (std::size_t k = 0; k < 16; ++k) want += data[(t * 16 + i) * 16 + k];
+      REQUIRE(static_cast<std::int64_t>(out[i]) == want);
+    }
+  }
+}
+
 TEST_CASE("tail8_rows16: lane i is tail8 of row i bit for bit, and reads nothing past the last row's n") {
   const std::size_t cols = 200, stride = 211;
   for (const std::size_t c0 : {0, 128}) {
@@ -88,7 +109,7 @@ TEST_CASE("tail8_rows16: lane i is tail8 of row i bit for bit, and reads nothing
   }
 }
 
-TEST_CASE("tail4: natural-order 4-bit tail with a table of levels and a scale per 16 columns equals the scalar loop") {
+TEST_CASE("tail4: natural-order 4-bit tail with a table of levels and a scale per group of `span` columns equals the scalar loop") {
   const std::size_t cols = 128 + 75;
   alignas(64) float lev[16];
   for (int k = 0; k < 16; ++k) lev[k] = 0.25f * static_cast<float>(k - 8) + (k == 3 ? 0.1f : 0.0f);  // not integers
@@ -96,16 +117,30 @@ TEST_CASE("tail4: natural-order 4-bit tail with a table of levels and a scale pe
   std::vector<std::uint8_t> codes(cols);
   for (std::size_t c = 0; c < cols; ++c) codes[c] = static_cast<std::uint8_t>((c * 7 + c / 5) % 16);
   const auto x = test::random_vector(cols, 2, -2.f, 2.f);
-  auto scale_at = [](std::size_t c) { return 0.5f + 0.125f * static_cast<float>(c / 16 % 5); };
-  for (std::size_t n = 128; n <= cols; ++n) {
-    CAPTURE(n);
-    std::vector<std::uint8_t> row((n + 1) / 2, 0);  // natural order: byte c/2 holds columns c (low) and c+1 (high)
-    for (std::size_t c = 0; c < n; ++c) row[c / 2] |= static_cast<std::uint8_t>(codes[c] << (4 * (c % 2)));
-    std::vector<float> xn(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
-    const double want = scalar_sum(128, n, [&](std::size_t c) { return double(lev[codes[c]]) * scale_at(c) * double(xn[c]); });
-    const double mag = scalar_sum(128, n, [&](std::size_t c) { return std::abs(double(lev[codes[c]]) * scale_at(c) * double(xn[c])); });
-    REQUIRE(std::abs(quant::avx512::tail4(row.data(), 128, n, xn.data(), base, scale_at) - want) <=
-            test::kFp32RelTol * (mag + test::kTiny));
+  // span 0: one scale for the whole tail (asked once, at its first column)
+  for (const std::size_t span : {16u, 32u, 48u, 64u, 0u}) {
+    CAPTURE(span);
+    const auto scale_of = [span](std::size_t c) {
+      return span == 0 ? 0.75f : 0.5f + 0.125f * static_cast<float>(c / span % 5);
+    };
+    for (std::size_t n = 128; n <= cols; ++n) {
+      CAPTURE(n);
+      std::vector<std::uint8_t> row((n + 1) / 2, 0);  // natural order: byte c/2 holds columns c (low) and c+1 (high)
+      for (std::size_t c = 0; c < n; ++c) row[c / 2] |= static_cast<std::uint8_t>(codes[c] << (4 * (c % 2)));
+      std::vector<float> xn(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+      const double want = scalar_sum(128, n, [&](std::size_t c) { return double(lev[codes[c]]) * scale_of(c) * double(xn[c]); });
+      const double mag = scalar_sum(128, n, [&](std::size_t c) { return std::abs(double(lev[codes[c]]) * scale_of(c) * double(xn[c])); });
+      std::size_t asked = 0;  // scale_at is asked once per group the tail touches, at its first column there
+      const auto scale_at = [&](std::size_t c) {
+        ++asked;
+        REQUIRE((c == 128 || (span != 0 && c % span == 0)));
+        return scale_of(c);
+      };
+      REQUIRE(std::abs(quant::avx512::tail4(row.data(), 128, n, xn.data(), base, scale_at, span) - want) <=
+              test::kFp32RelTol * (mag + test::kTiny));
+      const std::size_t groups = span == 0 ? 1 : (n - 1) / span - 128 / span + 1;
+      CHECK(asked == (n > 128 ? groups : 0));
+    }
   }
 }
 

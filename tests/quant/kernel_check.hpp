@@ -135,17 +135,23 @@ inline std::vector<float> fixed_point_grid_vector(std::size_t cols, unsigned see
   return x;
 }
 
-/// The row kernel's `dot_rows_tails<N>` (16 rows at a time, their lane sums and fp32 tail columns
-/// reduced together) against `dot_n<1>` row by row (one horizontal reduction per row), bit for bit,
-/// for N = 1 … 4 vectors, rows from r0 = 3 (2 rows past the last 16 go to dot_n<N>), at widths of all
-/// tail (64), 1, 2 and 8 full 128-column blocks plus a tail (172, 300, 1100) and none (384).
+/// The row kernel's `dot_rows_tails<N>` (16 rows at a time, their lane sums and tail columns reduced
+/// together) against `dot_n<1>` row by row (one horizontal reduction per row), bit for bit, for
+/// N = 1 … 4 vectors, rows from r0 = 3 (2 rows past the last 16 go to dot_n<N>), at widths of all
+/// tail (64), 1, 2 and 8 full 128-column blocks plus a tail (172, 300, 1100) and none (384), and for
+/// ggml's kernel (`K::kChunk` columns per chunk, 32 per tail block) 96 and 224 (whole tail blocks
+/// only) too. `has_tail` must be true exactly when cols is not a multiple of the chunk.
 template <class K, class F>
 void check_dot_rows_tails(unsigned seed) {
-  for (const std::size_t cols : {64u, 172u, 300u, 1100u, 384u}) {
+  constexpr std::size_t chunk = [] {
+    if constexpr (requires { K::kChunk; }) return std::size_t{K::kChunk};
+    else return std::size_t{128};
+  }();
+  for (const std::size_t cols : {64u, 172u, 300u, 1100u, 384u, 96u, 224u}) {
     CAPTURE(cols);
     const std::size_t rows = 37;
     const auto m = test_matrix<F>(rows, cols, seed + unsigned(cols));
-    CHECK(K::has_tail(m.view()) == (cols % 128 != 0));
+    CHECK(K::has_tail(m.view()) == (cols % chunk != 0));
     std::vector<std::vector<float>> xs;  // alive while the activations point at them (their tails)
     std::vector<std::vector<std::byte>> scratch;
     typename K::Activation acts[4];

@@ -98,6 +98,11 @@ TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_n<N>: every vector's result is bitwise it
   }
 }
 
+TEST_CASE_TEMPLATE("avx512-vnni-q8 dot_rows_tails<N>: 16 rows' lane sums and tail blocks at once, bitwise dot_n<1>", F,
+                   GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
+  ref::check_dot_rows_tails<RowKernel<xsimd::avx512bw, F>, F>(77);
+}
+
 TEST_CASE_TEMPLATE("avx512-vnni-q8 prepare: ggml_q8_activation's codes and steps in the kernel's order, lane corrections", F,
                    GgmlQ8_0, GgmlQ4_0, Q4_0F32) {
   using K = RowKernel<xsimd::avx512bw, F>;

@@ -144,7 +144,7 @@ struct RowKernel<Arch, F> {
     }
     for (std::size_t j = 0; j < N; ++j) {
       float total = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));
-      if (full < n) total += avx512::tail4(row, full, n, act[j].x, base, [&](std::size_t c) { return v.scale(r, c); });
+      if (full < n) total += avx512::tail4(row, full, n, act[j].x, base, [&](std::size_t c) { return v.scale(r, c); }, kG);
       out[j] = total;
     }
   }

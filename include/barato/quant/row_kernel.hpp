@@ -125,6 +125,18 @@ template <Format F>
   const std::size_t off = static_cast<std::size_t>(p - v.codes) + kCodePrefetchBytes;
   if (off < v.rows * v.row_bytes) prefetch_l2(v.codes + off, 1);
 }
+
+/// Rows [r, r1) × N vectors a through K's `dot_n<N>` one row at a time, into y[j · stride + row]:
+/// the rows a kernel's `dot_rows_tails` leaves after its last 16.
+template <class K, std::size_t N, Format F>
+inline void dot_n_rows(const QuantizedView<F>& v, std::size_t r, std::size_t r1, const typename K::Activation* a, float* y,
+                       std::size_t stride) noexcept {
+  for (; r < r1; ++r) {
+    float out[N];
+    K::template dot_n<N>(v, r, a, out);
+    for (std::size_t j = 0; j < N; ++j) y[j * stride + r] = out[j];
+  }
+}
 }  // namespace detail
 
 /// The kernel `gemv` uses for format F on Arch: the portable one unless a specialization below (or in

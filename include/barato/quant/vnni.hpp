@@ -442,11 +442,7 @@ struct RowKernel<Arch, F> {
         for (std::size_t j = 0; j < N; ++j) _mm512_storeu_ps(y + j * stride + r, tails16(v, r, a[j], head[j]));
       }
     }
-    for (; r < r1; ++r) {
-      float out[N];
-      dot_n<N>(v, r, a, out);
-      for (std::size_t j = 0; j < N; ++j) y[j * stride + r] = out[j];
-    }
+    detail::dot_n_rows<RowKernel, N>(v, r, r1, a, y, stride);
   }
 
   /// Rows r … r + 15 · a: head[i] (their full blocks' part) plus their fp32 tail columns, as

@@ -25,7 +25,8 @@
 /// columns, a group of 8 chunks and a short one of 6, at 0.86–1.0×).
 /// Columns past the last full chunk (128 for Q4_0, 64 for Q8_0) are summed per 32-column block, each
 /// whole block's weights decoded once for the N vectors and its exact sum taken by `vpmaddwd`
-/// (`tail_block_sum`); a last partial block by the scalar code of quant/ggml_dot.hpp.
+/// (`tail_block_sum`; `dot_rows_tails` does 16 rows' at once); a last partial block by the scalar code
+/// of quant/ggml_dot.hpp.
 ///
 /// Result: the integer block sums are ggml's; the fp32 sum of the scaled sums differs from the scalar
 /// reference only by summation order. Error against Ŵx: the activation rounding of
@@ -284,22 +285,80 @@ struct RowKernel<Arch, F> {
     for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit, with the lane
-  /// sums of 16 rows' accumulators taken together (`avx512::reduce16_rows`, the pairs of `reduce16`)
-  /// instead of one horizontal reduction per row.
+  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
+  /// (`dot_rows_tails<1>`).
   static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
                          float* y) noexcept {
+    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
+  }
+
+  /// True when v's rows have columns past their last full chunk (128 for Q4_0, 64 for Q8_0): batched
+  /// products then take groups of vectors through `dot_rows_tails`.
+  [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept { return v.cols % kChunk != 0; }
+
+  /// Rows [r0, r1) × N vectors a[0 … N) into y (row r of vector j at y[j · stride + r]): `dot_n<N>`
+  /// row after row, bit for bit, 16 rows at a time per vector — their lane sums reduced together
+  /// (`avx512::reduce16_rows`, the pairs of `reduce16`) and their tail blocks taken together
+  /// (`tails16`) instead of a horizontal reduction per (row, vector) and per (row, vector, tail
+  /// block); each row's chunks are decoded once for the N vectors. Why: stories260K's 64-column
+  /// matrices in Q4_0 are two tail blocks a row (2026-12-07: its Q4_0 perplexity took 1.5 × fp32's time).
+  template <std::size_t N>
+  static void dot_rows_tails(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation* a, float* y,
+                             std::size_t stride) noexcept {
     std::size_t r = r0;
     for (; r + 16 <= r1; r += 16) {
-      __m512 acc[16];
-      for (std::size_t i = 0; i < 16; ++i) full_chunks<1>(v, r + i, &a, acc + i);
-      alignas(64) float total[16];
-      _mm512_store_ps(total, avx512::reduce16_rows(acc));
-      if (a.chunks * kChunk < v.cols)
-        for (std::size_t i = 0; i < 16; ++i) add_tail_blocks<1>(v, r + i, &a, total + i);
-      for (std::size_t i = 0; i < 16; ++i) y[r + i] = total[i];
+      __m512 lanes[N][16];
+      for (std::size_t i = 0; i < 16; ++i) {
+        __m512 acc[N];
+        full_chunks<N>(v, r + i, a, acc);
+        for (std::size_t j = 0; j < N; ++j) lanes[j][i] = acc[j];
+      }
+      __m512 total[N];
+      for (std::size_t j = 0; j < N; ++j) total[j] = avx512::reduce16_rows(lanes[j]);
+      if (a[0].chunks * kChunk < v.cols) tails16<N>(v, r, a, total);
+      for (std::size_t j = 0; j < N; ++j) _mm512_storeu_ps(y + j * stride + r, total[j]);
     }
-    for (; r < r1; ++r) dot_n<1>(v, r, &a, y + r);
+    detail::dot_n_rows<RowKernel, N>(v, r, r1, a, y, stride);
+  }
+
+  /// Lane i of total[j]: plus row r + i's blocks past the last full chunk against a[j], as
+  /// `add_tail_blocks` adds them for one row (the same operations lane by lane: (weight scale × step)
+  /// × the exact block sum, rounded, then added), 16 rows at once: each whole block's weights decoded
+  /// once for the N vectors and each vector's activation codes widened once for the 16 rows, the
+  /// `vpmaddwd` products of 16 rows reduced by one transposing tree (`reduce16_rows_epi32`: int32,
+  /// exact); a last partial block by the scalar code row by row.
+  template <std::size_t N>
+  [[gnu::always_inline]] static void tails16(const QuantizedView<F>& v, std::size_t r, const Activation* a,
+                                             __m512* total) noexcept {
+    std::size_t c = a[0].chunks * kChunk, b = c / kGgmlBlock;
+    for (; c + kGgmlBlock <= v.cols; c += kGgmlBlock, ++b) {
+      __m512i q16[N];
+      for (std::size_t j = 0; j < N; ++j)
+        q16[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[j].q + c)));
+      __m512i prod[N][16];
+      alignas(64) float s[16];
+      for (std::size_t i = 0; i < 16; ++i) {
+        const __m512i w16 = tail_block_weights(v.row(r + i), c);
+        for (std::size_t j = 0; j < N; ++j) prod[j][i] = _mm512_madd_epi16(w16, q16[j]);
+        s[i] = to_float(v.row_scales(r + i)[b]);
+      }
+      const __m512 sw = _mm512_load_ps(s);
+      for (std::size_t j = 0; j < N; ++j) {
+        const __m512 sums = _mm512_cvtepi32_ps(avx512::reduce16_rows_epi32(prod[j]));
+        total[j] = _mm512_add_ps(total[j], rounded(_mm512_mul_ps(_mm512_mul_ps(sw, _mm512_set1_ps(a[j].step[b])), sums)));
+      }
+    }
+    if (c < v.cols) {
+      for (std::size_t j = 0; j < N; ++j) {
+        alignas(64) float t[16];
+        _mm512_store_ps(t, total[j]);
+        for (std::size_t i = 0; i < 16; ++i) {
+          const float s = to_float(v.row_scales(r + i)[b]);
+          t[i] += rounded(s * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(v.row(r + i), v.cols, c, v.cols, a[j].q)));
+        }
+        total[j] = _mm512_load_ps(t);
+      }
+    }
   }
 
   /// acc[j] = the fp32 lane accumulators of row r's full chunks against a[j] (their lanes' sum is the
@@ -353,6 +412,11 @@ struct RowKernel<Arch, F> {
   /// reference adds them (quant/ggml_dot.hpp), the bits this kernel gave when the tail was scalar code.
   [[gnu::always_inline]] static float rounded(float x) noexcept {
     asm("" : "+x"(x));
+    return x;
+  }
+  /// `rounded` for 16 lanes.
+  [[gnu::always_inline]] static __m512 rounded(__m512 x) noexcept {
+    asm("" : "+v"(x));
     return x;
   }
 

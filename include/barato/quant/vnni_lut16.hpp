@@ -174,11 +174,7 @@ struct RowKernel<Arch, F> {
         _mm512_storeu_ps(y + j * stride + r, total);
       }
     }
-    for (; r < r1; ++r) {
-      float out[N];
-      dot_n<N>(v, r, a, out);
-      for (std::size_t j = 0; j < N; ++j) y[j * stride + r] = out[j];
-    }
+    detail::dot_n_rows<RowKernel, N>(v, r, r1, a, y, stride);
   }
 
   /// acc[j] = the fp32 lane sums of row r's full 128-column blocks against a[j].
@@ -238,7 +234,7 @@ struct RowKernel<Arch, F> {
   [[gnu::always_inline]] static __m512 tail_lanes(const QuantizedView<F>& v, std::size_t r, const Activation& a,
                                                   __m512 base) noexcept {
     return avx512::tail4_lanes(v.row(r), a.blocks * VnniLut16Activation::kBlock, v.cols, a.x, base,
-                               [&](std::size_t c) { return v.scale(r, c); });
+                               [&](std::size_t c) { return v.scale(r, c); }, kGroup);
   }
 
   /// Row r · a (`dot_n<1>`).
