@@ -186,7 +186,7 @@ TEST_CASE_TEMPLATE("gemv_batch rows equal gemv bitwise for n = 1 … 70 and 1 or
   check_batch_invariance<simd::DefaultArch, F>(37, 300, 26);  // an odd row count: the last row goes alone to dot_n
 }
 
-TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_1) give gemv_batch's bits", F,
+TEST_CASE_TEMPLATE("narrow rows: one vector's rows taken 16 at a time (dot_rows_tails<1>) give gemv_batch's bits", F,
                    Int8PerTensor<>, Int8PerRow<>, Int8Group<128>, Int4PerRow<>, Int4Group<128>, AbsMax<4, PerGroup<256>, float>,
                    Int4Group<64>, Nf4<64>, Nf4<64, float>, GgmlQ8_0, GgmlQ4_0, Q4_0F32, Int8Group<16>, Int8Group<16, float>,
                    Int8Group<32>, AbsMax<8, PerGroup<32>, float>, Int8Group<64>) {
@@ -199,7 +199,7 @@ TEST_CASE_TEMPLATE("narrow rows of zero codes under negative scales: gemv and ge
                    Int8PerRow<>, Int8PerTensor<>, Int4PerRow<>, Int8Group<32>, AbsMax<8, PerGroup<32>, float>) {
   // Codes and scales as a loader passes them (no quantizer: a scale may be negative). All codes 0 and
   // every scale −0.5: with 64 columns (no full block) each row's part over the full blocks is 0 · s = −0,
-  // and 16-row gemv (dot_rows_1) must give the bits the batched path gives, −0 included.
+  // and 16-row gemv (dot_rows_tails<1>) must give the bits the batched path gives, −0 included.
   using S = typename F::scale_type;
   const std::size_t rows = 40, cols = 64;  // two 16-row sets and 8 rows alone
   Buffer<std::uint8_t> codes(rows * packing_of<F>::row_bytes(cols));

@@ -171,16 +171,17 @@ concept PairedRowKernel = requires(const QuantizedView<F>& w, const typename K::
 /// kernel can (`PairedRowKernel`); a single vector takes `dot_n<1>` row after row in one loop (the
 /// VNNI kernels' `dot_n` is always inlined, so the loop holds the kernel's set-up — scale-spreading
 /// constants, lane masks — once instead of paying a call and its set-up per row: 896-column rows from
-/// cache ran 1.3–1.7× faster for every VNNI format, 2026-12-02). Rows with fp32 tail columns take
-/// the kernel's `dot_rows_1` / `dot_rows_tails<m>` where it has them (16 rows' tails at once, the
-/// same bits).
+/// cache ran 1.3–1.7× faster for every VNNI format, 2026-12-02). Where the kernel has
+/// `dot_rows_tails<m>` (16 rows' lane sums and tails at once, the same bits), a single vector always
+/// takes it, and 2–4 vectors take it when the rows have tail columns (`K::has_tail`; otherwise the
+/// paired rows below).
 template <class K, Format F>
 inline void dot_rows(const QuantizedView<F>& w, std::size_t r0, std::size_t r1, const typename K::Activation* a,
                      std::size_t m, float* y, std::size_t j0) noexcept {
   std::size_t r = r0;
   if (m == 1) {
-    if constexpr (requires { K::dot_rows_1(w, r0, r1, *a, y); }) {
-      K::dot_rows_1(w, r0, r1, *a, y + j0 * w.rows);  // the same bits, rows taken together (quant/vnni.hpp)
+    if constexpr (requires { K::template dot_rows_tails<1>(w, r0, r1, a, y, w.rows); }) {
+      K::template dot_rows_tails<1>(w, r0, r1, a, y + j0 * w.rows, w.rows);  // the same bits, rows taken together
     } else {
       for (; r < r1; ++r) K::template dot_n<1>(w, r, a, y + j0 * w.rows + r);
     }

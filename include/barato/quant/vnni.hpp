@@ -390,13 +390,6 @@ struct RowKernel<Arch, F> {
   /// takes them 16 rows at a time.
   [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept { return v.cols % VnniActivation::kBlock != 0; }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
-  /// (`dot_rows_tails<1>`).
-  static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
-                         float* y) noexcept {
-    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
-  }
-
   /// Rows [r0, r1) × N vectors a[0 … N) into y (row r of vector j at y[j · stride + r]): `dot_n<N>`
   /// row after row, bit for bit. When the rows have fp32 tail columns (cols not a multiple of 128),
   /// 16 rows at a time take their tails together, vector by vector: the full blocks' part of each

@@ -285,13 +285,6 @@ struct RowKernel<Arch, F> {
     for (std::size_t j = 0; j < N; ++j) out[j] = total[j];
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
-  /// (`dot_rows_tails<1>`).
-  static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
-                         float* y) noexcept {
-    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
-  }
-
   /// True when v's rows have columns past their last full chunk (128 for Q4_0, 64 for Q8_0): batched
   /// products then take groups of vectors through `dot_rows_tails`.
   [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept { return v.cols % kChunk != 0; }
@@ -352,10 +345,7 @@ struct RowKernel<Arch, F> {
       for (std::size_t j = 0; j < N; ++j) {
         alignas(64) float t[16];
         _mm512_store_ps(t, total[j]);
-        for (std::size_t i = 0; i < 16; ++i) {
-          const float s = to_float(v.row_scales(r + i)[b]);
-          t[i] += rounded(s * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(v.row(r + i), v.cols, c, v.cols, a[j].q)));
-        }
+        for (std::size_t i = 0; i < 16; ++i) t[i] += partial_block(v, r + i, a[j], c);
         total[j] = _mm512_load_ps(t);
       }
     }
@@ -400,11 +390,16 @@ struct RowKernel<Arch, F> {
       for (std::size_t j = 0; j < N; ++j)
         total[j] += rounded(s * a[j].step[b] * static_cast<float>(tail_block_sum(w16, a[j].q + c)));
     }
-    if (c < v.cols) {
-      const float s = to_float(sc[b]);
-      for (std::size_t j = 0; j < N; ++j)
-        total[j] += rounded(s * a[j].step[b] * static_cast<float>(ggml_block_sum<F>(row, v.cols, c, v.cols, a[j].q)));
-    }
+    if (c < v.cols)
+      for (std::size_t j = 0; j < N; ++j) total[j] += partial_block(v, r, a[j], c);
+  }
+
+  /// Row r's last, partial block (columns [c, cols), c a multiple of 32) against a, scaled: the scalar
+  /// code of quant/ggml_dot.hpp, (weight scale × step) × the exact block sum, rounded.
+  [[nodiscard]] static float partial_block(const QuantizedView<F>& v, std::size_t r, const Activation& a, std::size_t c) noexcept {
+    const std::size_t b = c / kGgmlBlock;
+    const float s = to_float(v.row_scales(r)[b]);
+    return rounded(s * a.step[b] * static_cast<float>(ggml_block_sum<F>(v.row(r), v.cols, c, v.cols, a.q)));
   }
 
   /// x, rounded to fp32 where it stands: the compiler may not fuse the product that made it into the

@@ -135,13 +135,6 @@ struct RowKernel<Arch, F> {
     }
   }
 
-  /// Rows [r0, r1) × one vector a into y[r0 … r1): `dot_n<1>` row after row, bit for bit
-  /// (`dot_rows_tails<1>`).
-  static void dot_rows_1(const QuantizedView<F>& v, std::size_t r0, std::size_t r1, const Activation& a,
-                         float* y) noexcept {
-    dot_rows_tails<1>(v, r0, r1, &a, y, 0);
-  }
-
   /// True when v's rows have fp32 tail columns (cols not a multiple of 128): gemv_batch then takes
   /// groups of vectors through `dot_rows_tails`.
   [[nodiscard]] static bool has_tail(const QuantizedView<F>& v) noexcept {
