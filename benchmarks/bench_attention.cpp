@@ -6,6 +6,8 @@
 //   probe      Σ over a buffer of the K/V size (2·n·d·4 bytes) — what reading that memory costs
 //
 // d ∈ {64, 128}, n ∈ {16, 64, 256, 1024, 4096, 16384}; one thread (Eigen too).
+//   head_dim   attention::decode at other head sizes (d = 16 … 256, G = 1 / 4 query heads per KV head,
+//              n = 4096) against the generic tile routine on the same cache: vs_generic, fixed_dim
 // Counters: score_bytes and MACs per step (from attention/cost.hpp), MAC/s, bytes_per_second = K/V
 // bytes read per second (Google Benchmark: CPU time, binary prefixes); on the cached rows also
 // kv_GBps and probe_GBps (decimal GB/s; the cached step and the probe over a buffer of the same
@@ -24,9 +26,12 @@
 #include "barato/attention/attend.hpp"
 #include "barato/attention/cost.hpp"
 #include "barato/attention/eigen_baseline.hpp"
+#include "barato/attention/kernels/generic.hpp"
+#include "barato/attention/partial.hpp"
 #include "barato/attention/recompute.hpp"
 #include "barato/core/memory.hpp"
 #include "barato/kv/contiguous.hpp"
+#include "barato/simd/arch.hpp"
 #include "dram_probe.hpp"
 #include "support/reference.hpp"
 #include "timing.hpp"
@@ -149,11 +154,55 @@ void BM_probe(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(bytes));
 }
 
+/// One decode step of G query heads over one KV head of head dimension d (n = 4096 cached rows):
+/// `attention::decode` (the dispatched kernel) against the generic tile routine
+/// (attention/kernels/generic.hpp) on the same cache, paired in this process. Counters: kv_GBps,
+/// fixed_dim (1 when d has the fixed-dimension kernel), vs_generic = generic time / decode time.
+void BM_head_dim(benchmark::State& state) {
+  const auto d = static_cast<std::size_t>(state.range(0)), g = static_cast<std::size_t>(state.range(1));
+  constexpr std::size_t n = 4096;
+  const Head hd(n, d);
+  const auto q = test::random_vector(g * d, 14, -2.f, 2.f);
+  const attention::Heads heads{.n_q = g, .n_kv = 1, .head_dim = d};
+  std::vector<float> out(g * d), ref(g * d);
+  std::vector<attention::PartialStats> st(g);
+  auto step = [&] {
+    attention::decode(q, hd.cache, heads, out);
+    benchmark::DoNotOptimize(out.data());
+  };
+  auto generic = [&] {  // the same step through the generic routine
+    std::fill(ref.begin(), ref.end(), 0.0f);
+    std::fill(st.begin(), st.end(), attention::PartialStats{});
+    hd.cache.for_each_block(0, [&](const kv::DenseBlock<float>& blk) {
+      attention::detail::accumulate_rows<simd::DefaultArch>(
+          attention::QueryGroup{.q = q.data(), .g = g, .d = d, .scale = heads.default_scale(), .o = ref.data(), .st = st.data()},
+          attention::detail::ContiguousRows<float>{blk.k, blk.v, blk.stride}, 0, blk.n);
+    });
+    for (std::size_t h = 0; h < g; ++h) attention::finalize(ref.data() + h * d, st[h], d);
+    benchmark::DoNotOptimize(ref.data());
+  };
+  for (auto _ : state) {
+    step();
+    benchmark::ClobberMemory();
+  }
+  const std::uint64_t kv_bytes = attention::cached_kv_bytes_read(n, d, DType::f32);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(kv_bytes));
+  const auto [t_step, t_generic] = paired_medians(step, generic);
+  state.counters["kv_GBps"] = static_cast<double>(kv_bytes) / t_step / 1e9;
+  state.counters["fixed_dim"] = attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(d) ? 1.0 : 0.0;
+  state.counters["vs_generic"] = t_generic / t_step;
+}
+
 }  // namespace
 
 BENCHMARK(BM_recompute)->ArgsProduct({kDims, kContexts})->ArgNames({"d", "n"})->MinTime(kMinTime)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cached)->ArgsProduct({kDims, kContexts})->ArgNames({"d", "n"})->MinTime(kMinTime)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_eigen)->ArgsProduct({kDims, kContexts})->ArgNames({"d", "n"})->MinTime(kMinTime)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_head_dim)
+    ->ArgsProduct({{16, 32, 48, 64, 80, 96, 128, 144, 256}, {1, 4}})
+    ->ArgNames({"d", "G"})
+    ->MinTime(kMinTime)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_probe)->ArgsProduct({kDims, kContexts})->ArgNames({"d", "n"})->MinTime(kMinTime)->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {

@@ -190,9 +190,10 @@ void check_through_arch(std::size_t d) {
 TEST_CASE_TEMPLATE("attend and decode through every explicit arch equal the reference (small-d, fixed-dim, generic kernels)", T,
                    float, f16) {
   // d = 4, 8: the small-d kernel on AVX-512 (generic elsewhere); 24, 40: the generic kernel (24 on
-  // 8-lane rows under AVX-512); 64, 128: the fixed-dim kernel; the portable arch runs 4 lanes throughout.
+  // 8-lane rows under AVX-512); 48, 64, 96, 128: the fixed-dim kernel; 144: generic; the portable arch
+  // runs 4 lanes throughout.
   test::for_each_arch([&]<class Arch>(Arch) {
-    for (const std::size_t d : {4, 8, 24, 40, 64, 128}) check_through_arch<Arch, T>(d);
+    for (const std::size_t d : {4, 8, 24, 40, 48, 64, 96, 128, 144}) check_through_arch<Arch, T>(d);
   });
 }
 
@@ -255,7 +256,7 @@ void check_block_kernels_through_arch(std::size_t hq, std::size_t d) {
 
 TEST_CASE("paged and quantized caches through every explicit arch: paged == contiguous bitwise, quantized == reference") {
   test::for_each_arch([&]<class Arch>(Arch) {
-    for (const std::size_t d : {8, 40, 64})
+    for (const std::size_t d : {8, 40, 64, 96})
       for (const std::size_t hq : {2, 4}) check_block_kernels_through_arch<Arch>(hq, d);  // MHA and GQA (staged rows)
   });
 }
@@ -333,20 +334,20 @@ void check_paged_equals_contiguous(std::size_t hq, std::size_t d, std::size_t B,
 TEST_CASE("paged == contiguous bitwise for every page size (1 … 32 tokens), head dimension, GQA and MHA") {
   // n = 70: two prefill tiles and a partial page for every B; 150: long enough for a 64-row chunk
   // of the fixed-dim kernel (and the prefetch split) to span many small pages
-  for (const std::size_t d : {8, 16, 24, 32, 64, 128})
+  for (const std::size_t d : {8, 16, 24, 32, 48, 64, 80, 128})
     for (const std::size_t B : {1, 2, 4, 8, 12, 16, 32})
       for (const bool scattered : {false, true}) {
         check_paged_equals_contiguous<simd::DefaultArch>(6, d, B, 70, scattered);
-        if (d == 8 || d == 64) check_paged_equals_contiguous<simd::DefaultArch>(2, d, B, 150, scattered);
+        if (d == 8 || d == 64 || d == 80) check_paged_equals_contiguous<simd::DefaultArch>(2, d, B, 150, scattered);
       }
-  // fp16 rows: the fixed-dim kernel's chunk depends on the element type (64 rows at d = 128)
-  for (const std::size_t d : {8, 40, 128})
+  // fp16 rows: the fixed-dim kernel's chunk depends on the element type (64 rows at d = 96, 128)
+  for (const std::size_t d : {8, 40, 96, 128})
     for (const std::size_t B : {4, 16}) check_paged_equals_contiguous<simd::DefaultArch, f16>(6, d, B, 150, true);
 }
 
 TEST_CASE("paged == contiguous bitwise for small pages through every explicit arch") {
   test::for_each_arch([&]<class Arch>(Arch) {
-    for (const std::size_t d : {8, 40, 64})
+    for (const std::size_t d : {8, 40, 64, 96})
       for (const std::size_t B : {1, 4, 8}) check_paged_equals_contiguous<Arch>(4, d, B, 70, true);
   });
 }

@@ -187,7 +187,7 @@ std::size_t decode_cascade(std::span<const float> q, const kv::PagedPool<T>& poo
   for (const kv::SeqId s : seqs)
     require(pool.size(s, layer) > 0, "attention::decode_cascade: sequence ", s, " has no positions in layer ", layer);
   const float scale = opt.scale.value_or(heads.default_scale());
-  const bool stacked = Element<T> && detail::has_fixed_dim_kernel<Arch>(d) && S * g >= kCascadeStackMinHeads;
+  const bool stacked = Element<T> && detail::has_stacked_kernel<Arch>(d) && S * g >= kCascadeStackMinHeads;
   const std::size_t gp = CascadeWorkspace::padded(S * g);
 
   parallel_for(heads.n_kv, opt.threads, [&](std::size_t h_lo, std::size_t h_hi) {

@@ -49,8 +49,9 @@ inline void scale(float alpha, float* y, std::size_t n) noexcept {
   using B = Batch<float, Arch>;
   constexpr std::size_t W = B::size;
   const B a(alpha);
+  const std::size_t nv = n / W * W;  // (this form: GCC 12 warned of an overflowing tail loop for `i + W <= n` once inlined)
   std::size_t i = 0;
-  for (; i + W <= n; i += W) (a * B::load_unaligned(y + i)).store_unaligned(y + i);
+  for (; i < nv; i += W) (a * B::load_unaligned(y + i)).store_unaligned(y + i);
   for (; i < n; ++i) y[i] *= alpha;
 }
 

@@ -32,9 +32,9 @@ std::vector<float> fold_dense(std::size_t g, std::size_t d, std::size_t stride, 
 }  // namespace
 
 TEST_CASE("dense accumulate: every dispatch branch equals the reference (fixed-dim, small-d, 8-lane, generic)") {
-  // d = 64 / 128: fixed-dim; d = 8 packed: small-d on AVX-512; d = 8 padded, 24: 8 lanes on AVX-512;
-  // 40 (AVX-512: 8 lanes), 67: generic
-  for (const std::size_t d : {64, 128, 8, 24, 40, 67})
+  // d = 32, 48, 64, 96, 128: fixed-dim (multiples of the lanes up to 128); d = 8 packed: small-d on
+  // AVX-512; d = 8 padded, 24, 40: 8 lanes on AVX-512; 67, 144: generic
+  for (const std::size_t d : {64, 128, 32, 48, 96, 8, 24, 40, 67, 144})
     for (const std::size_t pad : {0, 3}) {
       CAPTURE(d);
       CAPTURE(pad);

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -98,9 +99,58 @@ TEST_CASE("fixed-dimension kernel equals the reference fold (d = 64, 128; fp32/f
   check_fixed<128, float>(3, 257, 128, 4);
   check_fixed<64, f16>(2, 200, 64, 5);
   check_fixed<128, bf16>(2, 130, 128, 6);
-  CHECK(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(64));
-  CHECK(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(128));
-  CHECK_FALSE(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(96));
+}
+
+TEST_CASE("fixed-dimension kernel at every head dimension it serves: multiples of 16 up to 128") {
+  constexpr std::size_t W = simd::kFloatLanes<>;
+  // chunks of 64 rows (d ≤ 64), 32 (d = 80 … 128): ranges across several chunks, GQA groups, a padded stride
+  auto each = [&]<std::size_t D>() {
+    if constexpr (D % W == 0) {
+      check_fixed<D, float>(2, 150, D, 30 + D);
+      check_fixed<D, float>(1, 67, D + 8, 31 + D);
+      check_fixed<D, f16>(3, 100, D, 32 + D);
+      CHECK(attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(D));
+    }
+  };
+  each.template operator()<16>();
+  each.template operator()<32>();
+  each.template operator()<48>();
+  each.template operator()<80>();
+  each.template operator()<96>();
+  each.template operator()<112>();
+  // and no other: the dispatch takes each d ≤ 128 that W divides, and nothing else
+  std::size_t served = 0;
+  for (std::size_t d = 0; d <= 300; ++d) {
+    const bool has = attention::detail::has_fixed_dim_kernel<simd::DefaultArch>(d);
+    CHECK(has == (d > 0 && d % 16 == 0 && d % W == 0 && d <= 128));
+    std::size_t seen = 0;
+    const bool ran = attention::detail::with_fixed_dim<simd::DefaultArch>(d, [&]<std::size_t D>() { seen = D; });
+    CHECK(ran == has);
+    CHECK(seen == (has ? d : 0));
+    served += has;
+  }
+  CHECK(served == (W <= 16 ? 8 : 128 / W));
+}
+
+TEST_CASE("chunk rows of the fixed-dimension kernel: powers of two within [W, 64] and the L1 budget") {
+  constexpr std::size_t W = simd::kFloatLanes<>;
+  using attention::detail::kFixedChunkRowsFor;
+  static_assert(kFixedChunkRowsFor<64, float, W> == 64 && kFixedChunkRowsFor<128, float, W> == 32);
+  static_assert(kFixedChunkRowsFor<96, float, W> == 32 && kFixedChunkRowsFor<48, float, W> == 64);
+  static_assert(kFixedChunkRowsFor<128, f16, W> == 64 && kFixedChunkRowsFor<112, bf16, W> == 64);
+  auto check = [&]<std::size_t D, class T>() {
+    constexpr std::size_t R = kFixedChunkRowsFor<D, T, W>;
+    CHECK(std::has_single_bit(R));
+    CHECK(R >= W);
+    CHECK(R <= attention::detail::kFixedChunkRows);
+    CHECK(R * 2 * D * sizeof(T) <= attention::detail::kFixedChunkBytes);
+    CHECK((R == attention::detail::kFixedChunkRows || 2 * R * 2 * D * sizeof(T) > attention::detail::kFixedChunkBytes));
+  };
+  check.template operator()<16, float>();
+  check.template operator()<80, float>();
+  check.template operator()<112, float>();
+  check.template operator()<128, float>();
+  check.template operator()<96, f16>();
 }
 
 TEST_CASE("ranges split at multiples of the chunk size give bitwise the same state as one range") {

@@ -82,15 +82,16 @@ void check_paged_vs_contiguous(std::size_t d, std::size_t B, std::size_t n, std:
 }  // namespace
 
 TEST_CASE("paged block: attention across pages equals attention over a contiguous copy bitwise, every page size") {
-  for (const std::size_t d : {64, 128})
+  for (const std::size_t d : {64, 128, 32, 96})  // fixed-dim chunks of 64 (d = 32, 64) and 32 rows (96, 128)
     for (const std::size_t B : {16, 32, 8, 24, 12, 4, 1})
       for (const std::size_t n : {70, 200})
         for (const std::size_t extent : {1, 3, 8, 16}) {
           check_paged_vs_contiguous(d, B, n, extent);
           if (extent == 1) check_paged_vs_contiguous(d, B, n, 0, /*alone=*/true);
         }
-  // no fixed-dimension kernel: small-d (d = 8 on AVX-512) and generic tiles, pages smaller than a tile too
-  for (const std::size_t d : {8, 16, 40})
+  // small-d (d = 8 on AVX-512), generic tiles (40 on AVX-512, 144) and the fixed-dim kernel at one
+  // vector per row (16 on AVX-512), pages smaller than a tile too
+  for (const std::size_t d : {8, 16, 40, 144})
     for (const std::size_t B : {16, 12, 4, 1}) {
       check_paged_vs_contiguous(d, B, 150, 1);
       check_paged_vs_contiguous(d, B, 150, 3);

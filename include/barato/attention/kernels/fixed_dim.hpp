@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// The fused online-softmax kernel (attention/kernels/generic.hpp) specialised for a compile-time
-/// head dimension D (64 and 128 — the head sizes of nearly every Llama-family model),
-/// `detail::accumulate_fixed_dim`. The dense and paged `accumulate` overloads dispatch here when d
-/// matches; the result is the same partial state.
+/// head dimension D, `detail::accumulate_fixed_dim`. The dense and paged `accumulate` overloads
+/// dispatch here (`detail::with_fixed_dim`) for every d that is a multiple of 16 up to 128 (and of the
+/// float lanes W); the result is the same partial state.
 ///
 /// Why a specialisation: with D known, a head's query (pre-multiplied by the softmax scale) and its
 /// output accumulator live in D/W vector registers for a whole chunk of rows (`kFixedChunkRowsFor`), so
@@ -23,9 +23,11 @@
 /// rounding (the online-softmax rescale happens at different rows).
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <utility>
 
 #include "barato/attention/kernels/query_group.hpp"
 #include "barato/attention/kernels/rows.hpp"
@@ -43,16 +45,49 @@ inline constexpr std::size_t kFixedChunkRows = 64;
 /// G = 4–8, ~4 % slower for G = 1).
 inline constexpr std::size_t kFixedChunkBytes = 32 * 1024;
 
-/// Rows per chunk for head dimension D and element T: kFixedChunkBytes / (2·D·sizeof(T)), clamped
-/// to [W, kFixedChunkRows] and a multiple of W.
+/// Rows per chunk for head dimension D and element T: the largest power of two ≤ kFixedChunkBytes /
+/// (2·D·sizeof(T)), clamped to [W, kFixedChunkRows] — so chunks tile the paged walk's prefetch
+/// stretches (attention/kernels/paged.hpp) and W-row tiles (fp32: 64 rows up to d = 64, 32 rows at 80 … 128).
 template <std::size_t D, Element T, std::size_t W>
 inline constexpr std::size_t kFixedChunkRowsFor =
-    std::min(kFixedChunkRows, std::max(W, kFixedChunkBytes / (2 * D * sizeof(T)) / W * W));
+    std::min(kFixedChunkRows, std::max(W, std::bit_floor(kFixedChunkBytes / (2 * D * sizeof(T)))));
+
+/// Head dimensions with a fixed-dimension kernel: the multiples of kFixedDimStep up to kFixedDimMax
+/// that the float lanes W divide — 16, 32, 48 (stories15M), 64, 80 (Phi-2), 96 (Phi-3), 112, 128 —
+/// where q and o take ≤ 16 of AVX-512's 32 vector registers. Eight kernel instances per element type
+/// and row source on every arch (a step of W instead would make 32 on SSE, and every program that
+/// includes attention compiles them). Wider heads (Gemma's 256) measured only 1.1–1.3× faster than the
+/// generic routine with q and o spilling; other multiples of 8 take the generic routine, on the
+/// 8-lane arch under AVX-512 (attention/kernels/dense.hpp).
+inline constexpr std::size_t kFixedDimStep = 16;
+inline constexpr std::size_t kFixedDimMax = 128;
+
+/// Calls `f.template operator()<D>()` with D = d when head dimension d has a fixed-dimension kernel on
+/// `Arch` (above) and returns whether it did. One comparison per candidate D, once per `accumulate` call.
+template <class Arch, class F>
+constexpr bool with_fixed_dim(std::size_t d, F&& f) {
+  constexpr std::size_t W = simd::Batch<float, Arch>::size;
+  static_assert(kFixedChunkRows % W == 0);
+  if (d == 0 || d % kFixedDimStep != 0 || d % W != 0 || d > kFixedDimMax) return false;
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    bool ran = false;
+    auto one = [&]<std::size_t D>() {
+      if constexpr (D % W == 0) {
+        if (d == D) {
+          f.template operator()<D>();
+          ran = true;
+        }
+      }
+    };
+    (one.template operator()<(I + 1) * kFixedDimStep>(), ...);
+    return ran;
+  }(std::make_index_sequence<kFixedDimMax / kFixedDimStep>{});
+}
 
 /// True when `accumulate` has a fixed-dimension path for head dimension `d` on `Arch`.
 template <class Arch>
 [[nodiscard]] constexpr bool has_fixed_dim_kernel(std::size_t d) noexcept {
-  return (d == 64 || d == 128) && d % simd::Batch<float, Arch>::size == 0 && kFixedChunkRows % simd::Batch<float, Arch>::size == 0;
+  return with_fixed_dim<Arch>(d, []<std::size_t>() {});
 }
 
 /// Folds rows [r0, r1) reached through `rows` into the partial states of the query heads of `qg`

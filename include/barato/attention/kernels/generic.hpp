@@ -9,7 +9,7 @@
 /// from L1 for all G heads, so GQA/MQA stream K/V once per group, not once per query head. Written
 /// once over the row concept, so quantized blocks (attention/kernels/quantized.hpp) dequantise
 /// inside the same routine instead of copying it. The dense dispatch (attention/kernels/dense.hpp)
-/// sends d = 64 / 128 and small d to their specialised kernels.
+/// sends multiples of 16 up to 128 and small d to their specialised kernels.
 
 #include <algorithm>
 #include <cmath>

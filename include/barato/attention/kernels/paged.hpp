@@ -5,21 +5,21 @@
 /// contiguous block (`kv::DenseBlock`) folded by the dense `accumulate`, for every B.
 ///
 /// The chunk-boundary rule. Each dense kernel folds its rows in chunks of R rows counted from the
-/// start of the call — R = the chunk of the fixed-dimension kernel (`kFixedChunkRowsFor`, 32 or 64
-/// rows) at d = 64 / 128, the W-row tile of the small-dimension kernel or of the generic routine
-/// (W of the arch it runs on) otherwise — and rounds at chunk boundaries only (one rescale per
-/// chunk, the state stored between chunks). So a call over [r0, r1) may be cut into several calls
-/// only at rows r0 + k·R: the paged fold cuts [r0, r1) into page stretches (`detail::PageStretches`)
-/// that start on chunk boundaries, and folds
+/// start of the call — R = the chunk of the fixed-dimension kernel (`kFixedChunkRowsFor`, 16 … 64
+/// rows) at the head sizes it serves (multiples of 16 up to 128), the W-row tile of the
+/// small-dimension kernel or of the generic routine (W of the arch it runs on) otherwise — and
+/// rounds at chunk boundaries only (one rescale per chunk, the state stored between chunks). So a
+/// call over [r0, r1) may be cut into several calls only at rows r0 + k·R: the paged fold cuts
+/// [r0, r1) into page stretches (`detail::PageStretches`) that start on chunk boundaries, and folds
 ///  - a stretch whose pages are consecutive in memory (the pool allocates runs of pages;
 ///    kv/paged.hpp) as one dense block (the dense dispatch: the same kernel as the contiguous cache);
 ///  - a scattered stretch (no chunk of it lies in consecutive pages) through the page table, with
 ///    chunks that span pages:
-///    - d = 64 / 128, when B is a multiple of W = float lanes (one page per W-row tile) or of 8 with
+///    - fixed-dimension d, when B is a multiple of W = float lanes (one page per W-row tile) or of 8 with
 ///      W = 16 (two pages per tile) and r0 is a multiple of W (what `attend` and `decode_split_k`
 ///      ask for): the fixed-dimension kernel over `detail::PagedRows` (one table look-up per run);
 ///    - the generic routine: over `detail::PagedRows`, one table look-up per row read;
-///    - otherwise (small d, or d = 64 / 128 with other B or r0): chunk by chunk, each chunk's rows
+///    - otherwise (small d, or fixed-dimension d with other B or r0): chunk by chunk, each chunk's rows
 ///      gathered into an L1 stage (`detail::fold_staged`) that the dense kernel folds.
 /// Folding page by page instead (a call per page) is bitwise only when B is a multiple of R: with
 /// pages of 4 rows and d = 8 the small-d kernel's 16-row tiles would become 4-row tiles, each with
@@ -274,7 +274,7 @@ void fold_staged(const kv::PagedBlock<T>& blk, std::size_t d, std::size_t a, std
   }
 }
 
-/// The paged fold for head dimension D = 64 / 128 (the fixed-dimension kernel, chunks of
+/// The paged fold for a head dimension D of the fixed-dimension kernel (chunks of
 /// kFixedChunkRowsFor<D, T, W> rows): contiguous stretches as contiguous rows; scattered ones through
 /// the page table (`PagedRows`) when the page size and r0 allow it, else staged chunk by chunk.
 template <std::size_t D, class Arch, Element T>
@@ -315,10 +315,8 @@ void accumulate(const QueryGroup& qg, const kv::PagedBlock<T>& blk, std::size_t 
   constexpr std::size_t W = simd::Batch<float, Arch>::size;
   if (r0 >= r1) return;
   // the same kernel choice as the dense `accumulate` (attention/kernels/dense.hpp), with its chunk
-  if (detail::has_fixed_dim_kernel<Arch>(qg.d)) {
-    if (qg.d == 64) return detail::accumulate_paged_fixed_dim<64, Arch>(qg, blk, r0, r1);
-    return detail::accumulate_paged_fixed_dim<128, Arch>(qg, blk, r0, r1);
-  }
+  if (detail::with_fixed_dim<Arch>(qg.d, [&]<std::size_t D>() { detail::accumulate_paged_fixed_dim<D, Arch>(qg, blk, r0, r1); }))
+    return;
   auto dense = [&](const kv::DenseBlock<T>& rows) { accumulate<Arch>(qg, rows, 0, rows.n); };
   if constexpr (detail::kHasSmallDimKernel<Arch>) {
     if (detail::has_small_dim_kernel<Arch>(qg.d, blk.stride)) {  // tiles of W rows; stride == d ≤ 8

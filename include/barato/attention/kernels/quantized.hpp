@@ -7,7 +7,7 @@
 ///    codes directly through `detail::QuantRows` and applies the row scales to scores and weights;
 ///  - a GQA group (g > 1): every K/V row would otherwise be unpacked G times, so stages of
 ///    kStageRows rows are dequantised once (code · scale) into an L1 scratch and folded by the dense
-///    kernel (which has the fixed-dimension fast path for d = 64 / 128).
+///    kernel (which has the fixed-dimension fast path for multiples of 16 up to 128).
 /// Either way the online-softmax logic is the generic kernels', not a copy of it. Codes become floats
 /// in `detail::load_codes`: the portable scalar loop, and one isolated AVX-512 intrinsics kernel per
 /// format (sign-extend int8; split nibbles, interleave, zero-extend int4) selected by the arch type.

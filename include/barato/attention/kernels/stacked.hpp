@@ -43,6 +43,13 @@ struct StackedQueries {
   PartialStats* st = nullptr;  ///< [g] running (m, l)
 };
 
+/// True when `accumulate_stacked` has a kernel for head dimension `d` on `Arch` (d = 64 / 128; the
+/// cascade's shared pass takes `accumulate` otherwise).
+template <class Arch>
+[[nodiscard]] constexpr bool has_stacked_kernel(std::size_t d) noexcept {
+  return (d == 64 || d == 128) && d % simd::Batch<float, Arch>::size == 0;
+}
+
 /// Rows ahead that `accumulate_stacked` prefetches (into L2) the key and value rows, one row per row
 /// scored in its first head pass. A shared prefix last read a model's depth ago comes from DRAM or
 /// L3. The requests are spread one cache line per key element of the score loop: issued eight rows
